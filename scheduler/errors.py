@@ -1,0 +1,67 @@
+"""Errors raised by the scheduler package.
+
+    SchedulerError                 root: catch this to catch everything below
+    ├── PlanValidationError        a plan, worker list or distribution failed to load
+    └── PlacementError             a node's requirements cannot be met by any live worker
+
+Both are also ``ValueError``s, so code that already treats bad input as a
+``ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class SchedulerError(Exception):
+    """Root of every error the scheduler raises on purpose."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One thing wrong with the input: where (a readable path) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class PlanValidationError(SchedulerError, ValueError):
+    """The input does not describe a valid plan (or worker list, or distribution).
+
+    ``problems`` lists every problem found, each with the path to the bad
+    field in the JSON document (``Sequence[2].Parallel[0].Execute.node_id``).
+    """
+
+    def __init__(self, what: str, problems: Sequence[FieldProblem]) -> None:
+        self.what = what
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"invalid {what} ({count} {noun}):\n{lines}")
+
+
+class PlacementError(SchedulerError, ValueError):
+    """No live worker can take a node whose target is fixed (a ``Remote``).
+
+    ``node_id`` and ``target`` say what could not be placed; ``rejections``
+    maps each reason ("lack tag 'gpu'", "at capacity") to how many workers
+    it excluded, so a caller can tell "never fits" from "not now".
+    """
+
+    def __init__(self, node_id: str, target: str, rejections: dict[str, int], total: int) -> None:
+        self.node_id = node_id
+        self.target = target
+        self.rejections = dict(rejections)
+        self.total_workers = total
+        reasons = ", ".join(f"{n} {why}" for why, n in rejections.items())
+        detail = f": {reasons}" if reasons else ""
+        super().__init__(
+            f"0/{total} workers can take '{node_id}' (target {target}){detail}. "
+            "Start a worker that satisfies the target, free capacity on one, "
+            "or pass allow_local_fallback=True to run the plan locally."
+        )

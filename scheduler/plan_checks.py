@@ -1,0 +1,135 @@
+"""Checks on a whole plan that a per-field schema cannot make.
+
+Node ids must be unique across the whole plan (the artifact store, the
+distribution and the run state are all keyed by them); a Branch's labels must
+be unique (a label picks exactly one arm); a Loop's ``until.node`` and
+``carry_from`` must name nodes of its own body; an ``Exhaust`` loop needs a
+bound or it would never end. One walk, linear in the plan's size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler.errors import FieldProblem
+
+if TYPE_CHECKING:
+    from scheduler.plan import PlanNode
+
+
+def structural_problems(root: PlanNode) -> list[FieldProblem]:
+    """Every structural problem of the plan rooted at ``root``, in walk order."""
+    from scheduler.plan import Branch, Loop, Step
+
+    problems: list[FieldProblem] = []
+    first_seen: dict[str, str] = {}
+    stack: list[tuple[PlanNode, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        here = f"{path}.{node.tag}" if path else node.tag
+        for node_id in node.own_ids():
+            if node_id in first_seen:
+                problems.append(
+                    FieldProblem(
+                        here,
+                        f"node id '{node_id}' is used twice (first at {first_seen[node_id]}); "
+                        "node ids must be unique across the whole plan",
+                    )
+                )
+            else:
+                first_seen[node_id] = here
+        if isinstance(node, Branch):
+            problems.extend(_duplicate_labels(node, here))
+        if isinstance(node, Loop):
+            problems.extend(_loop_problems(node, here))
+        if isinstance(node, Step):
+            problems.extend(_duplicate_handoffs(node, here))
+        stack.extend(reversed(list(_children_with_paths(node, here))))
+    return problems
+
+
+def _children_with_paths(node: PlanNode, here: str) -> list[tuple[PlanNode, str]]:
+    from scheduler.plan import Branch, Loop, Parallel, Remote, Sequence, Step
+
+    if isinstance(node, Sequence | Parallel):
+        return [(child, f"{here}[{i}]") for i, child in enumerate(node.children())]
+    if isinstance(node, Branch):
+        return [(plan, f"{here}.arms[{i}]") for i, (_, plan) in enumerate(node.arms)]
+    if isinstance(node, Step):
+        return [(plan, f"{here}.handoffs[{i}]") for i, (_, plan) in enumerate(node.handoffs)]
+    if isinstance(node, Loop):
+        return [(node.body, f"{here}.body")]
+    if isinstance(node, Remote):
+        return [(node.plan, f"{here}.plan")]
+    return []
+
+
+def _duplicate_labels(node: PlanNode, here: str) -> list[FieldProblem]:
+    from scheduler.plan import Branch
+
+    assert isinstance(node, Branch)
+    seen: set[str] = set()
+    problems = []
+    for i, label in enumerate(node.labels()):
+        if label in seen:
+            problems.append(
+                FieldProblem(
+                    f"{here}.arms[{i}]",
+                    f"Branch '{node.node_id}' has two arms labelled '{label}'",
+                )
+            )
+        seen.add(label)
+    return problems
+
+
+def _duplicate_handoffs(node: PlanNode, here: str) -> list[FieldProblem]:
+    from scheduler.plan import Step
+
+    assert isinstance(node, Step)
+    seen: set[str] = set()
+    problems = []
+    for i, (label, _) in enumerate(node.handoffs):
+        if label in seen:
+            problems.append(
+                FieldProblem(
+                    f"{here}.handoffs[{i}]",
+                    f"Step '{node.node_id}' declares handoff '{label}' twice",
+                )
+            )
+        seen.add(label)
+    return problems
+
+
+def _loop_problems(node: PlanNode, here: str) -> list[FieldProblem]:
+    from scheduler.plan import Loop
+
+    assert isinstance(node, Loop)
+    problems = []
+    body_ids = set(node.body.iter_node_ids())
+    if node.until.type == "WhenSignaled" and node.until.node not in body_ids:
+        problems.append(
+            FieldProblem(
+                f"{here}.until.node",
+                f"Loop '{node.node_id}' waits for a signal from '{node.until.node}', "
+                "which is not a node of its body",
+            )
+        )
+    if node.carry_from is not None and node.carry_from not in body_ids:
+        problems.append(
+            FieldProblem(
+                f"{here}.carry_from",
+                f"Loop '{node.node_id}' carries from '{node.carry_from}', "
+                "which is not a node of its body",
+            )
+        )
+    if node.until.type == "Exhaust" and node.max_iterations is None:
+        problems.append(
+            FieldProblem(
+                f"{here}.max_iterations",
+                f"Loop '{node.node_id}' runs until exhausted but has no max_iterations; "
+                "it would never end",
+            )
+        )
+    if not body_ids:
+        problems.append(FieldProblem(f"{here}.body", f"Loop '{node.node_id}' has an empty body"))
+    return problems
