@@ -1,0 +1,1 @@
+"""Running plans: the node task, the completion-driven dispatcher and run state."""

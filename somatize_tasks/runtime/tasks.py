@@ -1,0 +1,1 @@
+"""Celery tasks that run plan nodes (filled in by the router work)."""
