@@ -390,7 +390,9 @@ class ExecutionPlan(RootModel[PlanNode]):
         return plan
 
     @classmethod
-    def model_validate_json(cls, json_data: str | bytes | bytearray, *args: Any, **kwargs: Any) -> ExecutionPlan:  # type: ignore[override]
+    def model_validate_json(
+        cls, json_data: str | bytes | bytearray, *args: Any, **kwargs: Any
+    ) -> ExecutionPlan:  # type: ignore[override]
         try:
             plan = super().model_validate_json(json_data, *args, **kwargs)
         except ValidationError as exc:

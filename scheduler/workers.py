@@ -63,7 +63,8 @@ def load_workers(document: Any) -> list[WorkerInfo]:
             from scheduler.errors import FieldProblem
 
             raise PlanValidationError(
-                "worker list", [FieldProblem(f"[{index}].id", f"worker id '{worker.id}' is used twice")]
+                "worker list",
+                [FieldProblem(f"[{index}].id", f"worker id '{worker.id}' is used twice")],
             )
         seen.add(worker.id)
     return workers
