@@ -1,0 +1,30 @@
+"""somatize_tasks: run Soma execution plans on Celery workers.
+
+``app`` is the default Celery app (``celery -A somatize_tasks worker``); its
+settings are read from ``SOMATIZE_*`` the first time it is configured.
+"""
+
+from somatize_tasks import worker_boot  # noqa: F401  (connects the worker start-up hook)
+from somatize_tasks.catalog import Catalog, call_node, default_catalog, load_catalog_modules, node
+from somatize_tasks.celery_app import create_app, settings_of
+from somatize_tasks.keys import RedisKeys, queue_name
+from somatize_tasks.registry import Registry, live_workers
+from somatize_tasks.settings import Settings
+
+app = create_app()
+
+__all__ = [
+    "Catalog",
+    "RedisKeys",
+    "Registry",
+    "Settings",
+    "app",
+    "call_node",
+    "create_app",
+    "default_catalog",
+    "live_workers",
+    "load_catalog_modules",
+    "node",
+    "queue_name",
+    "settings_of",
+]

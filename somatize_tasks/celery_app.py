@@ -1,0 +1,107 @@
+"""The Celery app factory: JSON only, events on, one settings object per app.
+
+Worker start-up (own queue, node name, catalog) is in
+:mod:`somatize_tasks.worker_boot`; heartbeats in :mod:`somatize_tasks.heartbeat`.
+
+``create_app(settings)`` returns an app bound to those settings;
+``somatize_tasks.app`` is a default app whose settings are read from the
+environment the first time its configuration is needed (never at import),
+which is what ``celery -A somatize_tasks worker`` uses. Tasks reach their
+settings through :func:`settings_of`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from celery import Celery
+
+from somatize_tasks.settings import Settings
+
+#: Worker bootsteps, by path so this module need not import them (they import it).
+WORKER_STEPS = ("somatize_tasks.heartbeat:HeartbeatStep",)
+TASK_MODULES = ("somatize_tasks.transfer.tasks", "somatize_tasks.runtime.tasks")
+
+_SSL_CERT_REQS = {
+    "required": ssl.CERT_REQUIRED,
+    "optional": ssl.CERT_OPTIONAL,
+    "none": ssl.CERT_NONE,
+}
+
+
+class SomatizeCelery(Celery):
+    """A Celery app that carries its :class:`Settings` (built lazily if not given)."""
+
+    def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
+        super().__init__("somatize_tasks", **kwargs)
+        self._somatize_settings = settings
+        self.add_defaults(lambda: celery_config(self.somatize_settings))
+        self.steps["worker"].update(WORKER_STEPS)
+
+    @property
+    def somatize_settings(self) -> Settings:
+        """The app's settings; the default app reads ``SOMATIZE_*`` on first use."""
+        if self._somatize_settings is None:
+            self._somatize_settings = Settings.from_env()
+        return self._somatize_settings
+
+    def use_settings(self, settings: Settings) -> None:
+        """Bind ``settings`` before the app is configured (the worker CLI does this)."""
+        if getattr(self, "configured", False) and settings is not self._somatize_settings:
+            raise RuntimeError("the app is already configured; bind settings before using it")
+        self._somatize_settings = settings
+
+
+def _ssl_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {"ssl_cert_reqs": _SSL_CERT_REQS[settings.redis_ssl_cert_reqs]}
+    if settings.redis_ssl_ca_certs is not None:
+        options["ssl_ca_certs"] = str(settings.redis_ssl_ca_certs)
+    return options
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery configuration the settings imply.
+
+    ``task_acks_late`` with ``task_reject_on_worker_lost`` makes a node whose
+    worker dies go back to the broker instead of vanishing; prefetch 1 keeps
+    a worker from hoarding messages another worker could run.
+    """
+    transport = {"visibility_timeout": settings.visibility_timeout_s}
+    config: dict[str, Any] = {
+        "broker_url": settings.broker,
+        "result_backend": settings.backend,
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "result_extended": True,
+        "include": list(TASK_MODULES),
+    }
+    if settings.broker.startswith("rediss://"):
+        config["broker_use_ssl"] = _ssl_options(settings)
+    if settings.backend.startswith("rediss://"):
+        config["redis_backend_use_ssl"] = _ssl_options(settings)
+    return config
+
+
+def create_app(settings: Settings | None = None) -> SomatizeCelery:
+    """A new app bound to ``settings`` (or to the environment, read lazily)."""
+    return SomatizeCelery(settings)
+
+
+def settings_of(app: Celery) -> Settings:
+    """The settings of a somatize app; tasks call this with ``self.app``."""
+    if not isinstance(app, SomatizeCelery):
+        raise TypeError(f"{app!r} is not a somatize_tasks app; build it with create_app()")
+    return app.somatize_settings

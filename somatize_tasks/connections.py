@@ -1,0 +1,24 @@
+"""Redis clients built from settings: one place that knows about TLS options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+
+from somatize_tasks.settings import Settings
+
+
+def redis_client(settings: Settings, **options: Any) -> Redis[bytes]:
+    """A client for ``settings.redis_url``; ``rediss://`` gets the configured TLS checks.
+
+    Clients are cheap wrappers over a connection pool: build one per
+    component and reuse it, never one per call.
+    """
+    if settings.redis_url.startswith("rediss://"):
+        options.setdefault("ssl_cert_reqs", settings.redis_ssl_cert_reqs)
+        if settings.redis_ssl_ca_certs is not None:
+            options.setdefault("ssl_ca_certs", str(settings.redis_ssl_ca_certs))
+    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("health_check_interval", 30)
+    return Redis.from_url(settings.redis_url, **options)

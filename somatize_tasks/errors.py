@@ -1,0 +1,116 @@
+"""Errors raised by ``somatize_tasks`` on purpose.
+
+    SomatizeError                   root: catch this to catch everything below
+    ├── ConfigError                 a setting is missing or malformed (ValueError)
+    ├── CatalogError                the node catalog cannot serve a request
+    │   ├── UnknownNodeError        no entry of that name on this worker (LookupError)
+    │   ├── DuplicateNodeError      two different callables claim one name
+    │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
+    ├── CodecError                  a value cannot be encoded or decoded (TypeError)
+    └── ArtifactError               the artifact store cannot serve a request
+        ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
+        ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
+        ├── ArtifactCorruptError    a stored value's size is not what its ref says
+        └── StoreError              the shared store failed (names endpoint and bucket)
+            └── StoreUnavailableError   the store cannot be reached: retry later
+
+Every error takes its message as its only positional argument, so Celery's
+JSON result backend can rebuild it on the producer's side; the structured
+details are keyword-only attributes for callers in the same process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class SomatizeError(Exception):
+    """Root of every error somatize_tasks raises on purpose."""
+
+
+class ConfigError(SomatizeError, ValueError):
+    """A setting is missing or malformed; the message names the setting."""
+
+
+class CatalogError(SomatizeError):
+    """The node catalog cannot serve a request."""
+
+
+class UnknownNodeError(CatalogError, LookupError):
+    """A node name the worker's catalog does not hold.
+
+    The message names the node, the worker and what the catalog holds, so
+    the producer can tell a typo from a worker started with the wrong
+    ``--nodes``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: str | None = None,
+        worker_id: str | None = None,
+        available: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.worker_id = worker_id
+        self.available = tuple(available)
+
+    @classmethod
+    def for_node(
+        cls, node: str, worker_id: str | None, available: Sequence[str]
+    ) -> UnknownNodeError:
+        where = f"worker '{worker_id}'" if worker_id else "this process"
+        held = ", ".join(sorted(available)) or "nothing (was it started with --nodes?)"
+        return cls(
+            f"node '{node}' is not in the catalog of {where}; it holds: {held}",
+            node=node,
+            worker_id=worker_id,
+            available=available,
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_unknown_node, (str(self), self.node, self.worker_id, self.available))
+
+
+def _rebuild_unknown_node(
+    message: str, node: str | None, worker_id: str | None, available: Sequence[str]
+) -> UnknownNodeError:
+    return UnknownNodeError(message, node=node, worker_id=worker_id, available=available)
+
+
+class DuplicateNodeError(CatalogError, ValueError):
+    """Two different callables were registered under one catalog name."""
+
+
+class NodeParamsError(CatalogError, TypeError):
+    """The parameters a run gives a node do not match its signature."""
+
+
+class CodecError(SomatizeError, TypeError):
+    """No codec can encode a value (the message names its type), or decoding failed."""
+
+
+class ArtifactError(SomatizeError):
+    """The artifact store cannot serve a request."""
+
+
+class ArtifactIdError(ArtifactError, ValueError):
+    """An id would make a storage key or path escape its prefix."""
+
+
+class ArtifactMissingError(ArtifactError, LookupError):
+    """A value is not inline, not in the local cache and not in the shared store."""
+
+
+class ArtifactCorruptError(ArtifactError):
+    """A stored value's size differs from the size its ref records."""
+
+
+class StoreError(ArtifactError):
+    """The shared store failed; the message names its endpoint and bucket, never a secret."""
+
+
+class StoreUnavailableError(StoreError):
+    """The shared store could not be reached; transfer tasks retry these with backoff."""

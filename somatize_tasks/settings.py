@@ -1,0 +1,154 @@
+"""One settings object for the whole layer, built once and passed down.
+
+Nothing here reads the environment at import time: :meth:`Settings.from_env`
+(or ``Settings()``) reads ``SOMATIZE_*`` variables when it is called, and
+keyword overrides win over the environment. The README's "Settings" section
+lists every field with its environment name.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+StoreKind = Literal["local", "s3"]
+CommaList = Annotated[list[str], NoDecode]
+
+_ID_UNSAFE = re.compile(r"[^a-z0-9_-]+")
+
+
+def machine_worker_id() -> str:
+    """A stable worker id for this machine: its hostname, lowercased and made key-safe."""
+    host = socket.gethostname().split(".")[0].lower()
+    return _ID_UNSAFE.sub("-", host).strip("-")[:64] or "worker"
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: the only form fit for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything a producer or a worker needs to know, from ``SOMATIZE_*`` or arguments.
+
+    Broker and result backend default to ``redis_url``; read the effective
+    values from :attr:`broker` and :attr:`backend`. Heartbeats expire after
+    :attr:`heartbeat_ttl_s` (three intervals unless set).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="SOMATIZE_", extra="forbid", validate_default=True
+    )
+
+    # Redis and Celery
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    broker_url: str | None = None
+    result_backend: str | None = None
+    redis_ssl_cert_reqs: Literal["required", "optional", "none"] = "required"
+    redis_ssl_ca_certs: Path | None = None
+    key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "somatize"
+    visibility_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
+
+    # Heartbeats
+    heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0
+    heartbeat_ttl_s: Annotated[float, Field(ge=0)] = 0.0
+
+    # Artifact store
+    store_kind: StoreKind = "local"
+    store_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "somatize-store")
+    cache_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "somatize-cache")
+    inline_max_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
+    s3_endpoint_url: str | None = None
+    s3_bucket: str | None = None
+    s3_prefix: str = "somatize"
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_multipart_threshold_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 64 * 1024 * 1024
+    s3_multipart_chunk_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 32 * 1024 * 1024
+    s3_max_concurrency: Annotated[int, Field(ge=1)] = 8
+    transfer_max_retries: Annotated[int, Field(ge=0)] = 5
+    transfer_retry_backoff_max_s: Annotated[float, Field(gt=0)] = 30.0
+
+    # This worker (read by `celery -A somatize_tasks worker` and `somatize-tasks worker`)
+    worker_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = (
+        Field(default_factory=machine_worker_id)
+    )
+    worker_name: str | None = None
+    worker_tags: CommaList = Field(default_factory=list)
+    max_concurrent: Annotated[int | None, Field(ge=1)] = None
+    gpu: bool | None = None
+    nodes: CommaList = Field(default_factory=list)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Settings from ``SOMATIZE_*`` variables, with ``overrides`` taking precedence."""
+        return cls(**overrides)
+
+    @field_validator("worker_tags", "nodes", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        return _split_commas(value)
+
+    @model_validator(mode="after")
+    def _default_ttl(self) -> Settings:
+        # 0 means "three intervals": a heartbeat may be missed twice before
+        # the worker counts as dead.
+        if self.heartbeat_ttl_s == 0:
+            self.heartbeat_ttl_s = 3.0 * self.heartbeat_interval_s
+        elif self.heartbeat_ttl_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                "heartbeat_ttl_s must be longer than heartbeat_interval_s, "
+                "or a live worker would flicker out between heartbeats"
+            )
+        return self
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def _strip_slashes(cls, value: str) -> str:
+        return value.strip("/")
+
+    @property
+    def broker(self) -> str:
+        """The effective broker URL (``broker_url``, else ``redis_url``)."""
+        return self.broker_url or self.redis_url
+
+    @property
+    def backend(self) -> str:
+        """The effective result backend URL (``result_backend``, else ``redis_url``)."""
+        return self.result_backend or self.redis_url
+
+    @property
+    def worker_display_name(self) -> str:
+        """The worker's readable name: ``worker_name``, else its Celery node name."""
+        return self.worker_name or f"{self.worker_id}@{socket.gethostname()}"
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict safe to log: passwords in URLs and secrets masked."""
+        data = self.model_dump(mode="json")
+        for field in ("redis_url", "broker_url", "result_backend", "s3_endpoint_url"):
+            if data.get(field):
+                data[field] = redacted_url(data[field])
+        if self.s3_secret_access_key is not None:
+            data["s3_secret_access_key"] = "***"
+        return data
