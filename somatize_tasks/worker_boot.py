@@ -1,0 +1,50 @@
+"""What happens when a worker process starts, however it was started.
+
+``somatize-tasks worker`` and plain ``celery -A somatize_tasks worker``
+both end here, so the environment alone is enough for the second:
+
+- the worker consumes its own queue (``somatize.w.<worker_id>``) and, unless
+  ``-Q`` says otherwise, nothing else;
+- it takes the node name ``<worker_id>@<host>`` unless ``-n`` was given, so
+  Flower lists workers by their somatize ids;
+- it imports its catalog modules (``Settings.nodes``) in the main process,
+  before the pool forks, and records its id in the catalog for errors;
+- the heartbeat bootstep registers it while its pool runs.
+
+The handler is connected when this module is imported, which the package's
+``__init__`` does, so every somatize app's workers get it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from celery.signals import celeryd_init
+
+from somatize_tasks.catalog import default_catalog, load_catalog_modules
+from somatize_tasks.celery_app import SomatizeCelery
+from somatize_tasks.keys import queue_name
+from somatize_tasks.settings import redacted_url
+
+log = logging.getLogger(__name__)
+
+
+@celeryd_init.connect(weak=False)
+def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: Any) -> None:
+    app = instance.app
+    if not isinstance(app, SomatizeCelery):
+        return
+    settings = app.somatize_settings
+    own_queue = queue_name(settings.worker_id)
+    if not options.get("queues"):
+        app.amqp.queues.select([own_queue])  # with -Q, HeartbeatStep adds it to theirs
+    if str(instance.hostname).startswith("celery@"):
+        instance.hostname = f"{settings.worker_id}@{socket.gethostname()}"
+    default_catalog.worker_id = settings.worker_id
+    names = load_catalog_modules(settings.nodes)
+    log.info(
+        "worker %s consuming %s from %s; catalog: %s",
+        settings.worker_id, own_queue, redacted_url(settings.broker), ", ".join(names) or "empty",
+    )
