@@ -1,0 +1,88 @@
+"""``ArtifactStore``: node outputs by (run, node, iteration), local first, shared on demand.
+
+A value is encoded once, into this worker's private cache; it reaches the
+shared store only when a transfer needs it elsewhere (:meth:`upload`, on the
+worker that has it) and another worker's cache only when that worker needs
+it (:meth:`download`). Values at most ``inline_max_bytes`` long ride inside
+their :class:`ArtifactRef` and never touch the shared store ("direct").
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+from somatize_tasks.codecs import codec_for, codec_named
+from somatize_tasks.settings import Settings
+from somatize_tasks.store.ids import artifact_key, key_part
+from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.ref import ArtifactRef, TransferType
+from somatize_tasks.store.shared import SharedStore, shared_store
+
+
+class ArtifactStore:
+    """One worker's view of the artifacts: its cache plus the shared store."""
+
+    def __init__(self, settings: Settings, worker_id: str,
+                 shared: SharedStore | None = None) -> None:
+        self.settings = settings
+        self.worker_id = worker_id
+        self.cache = LocalDir(settings.cache_dir / key_part("worker id", worker_id))
+        self._shared = shared
+
+    @property
+    def shared(self) -> SharedStore:
+        """The shared store, connected on first use (workers that never transfer never connect)."""
+        if self._shared is None:
+            self._shared = shared_store(self.settings)
+        return self._shared
+
+    def _where(self) -> str:
+        return f"the cache of worker '{self.worker_id}'"
+
+    def put(self, run_id: str, node_id: str, iteration: int, value: Any) -> ArtifactRef:
+        """Encode ``value`` into the local cache; small values are inlined in the ref too."""
+        key = artifact_key(run_id, node_id, iteration)
+        codec = codec_for(value)
+        size = self.cache.write(key, lambda fh: codec.write(value, fh))
+        inline = None
+        if size <= self.settings.inline_max_bytes:
+            inline = base64.b64encode(self.cache.path_for(key).read_bytes()).decode("ascii")
+        return ArtifactRef(run_id=run_id, node_id=node_id, iteration=iteration,
+                           codec=codec.name, size=size, inline=inline, worker_id=self.worker_id)
+
+    def get(self, ref: ArtifactRef) -> Any:
+        """The value: from the ref itself, else the local cache, else the shared store."""
+        codec = codec_named(ref.codec)
+        raw = ref.inline_bytes()
+        if raw is not None:
+            return codec.read(io.BytesIO(raw))
+        self.download(ref)
+        with self.cache.checked_path(ref.key, ref.size, self._where()).open("rb") as fh:
+            return codec.read(fh)
+
+    def has_local(self, ref: ArtifactRef) -> bool:
+        return ref.inline is not None or self.cache.has(ref.key, ref.size)
+
+    def upload(self, ref: ArtifactRef) -> TransferType:
+        """Make the value reachable by other workers; says how it will travel."""
+        if ref.inline is not None:
+            return "direct"
+        if self.shared.exists(ref.key, ref.size):
+            return "cached"
+        source = self.cache.checked_path(ref.key, ref.size, self._where())
+        self.shared.upload(source, ref.key)
+        return "s3"
+
+    def download(self, ref: ArtifactRef) -> None:
+        """Fill the local cache from the shared store, unless it is inline or already here."""
+        if self.has_local(ref):
+            return
+        self.shared.download(ref.key, self.cache, ref.size)
+
+    def delete_run(self, run_id: str) -> None:
+        """Forget every artifact of a run, here and in the shared store."""
+        prefix = key_part("run id", run_id) + "/"
+        self.cache.delete_prefix(prefix)
+        self.shared.delete_prefix(prefix)

@@ -1,0 +1,43 @@
+"""Run, node and worker ids as storage key parts that can never escape their prefix.
+
+An id with a path separator, a NUL or other control character, ``.`` or
+``..``, or more than :data:`MAX_ID_LENGTH` characters is refused with an
+error naming the field. Whatever is left is percent-encoded (keeping
+letters, digits and ``-_.~``), so a key part is always one safe path
+component, and distinct ids always map to distinct keys.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from somatize_tasks.errors import ArtifactIdError
+
+MAX_ID_LENGTH = 200
+_SEPARATORS = ("/", "\\")
+
+
+def key_part(field: str, value: object) -> str:
+    """``value`` checked and encoded as one key component; ``field`` names it in errors."""
+    if not isinstance(value, str) or not value:
+        raise ArtifactIdError(f"{field} must be a non-empty string, not {value!r}")
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    if len(value) > MAX_ID_LENGTH:
+        raise ArtifactIdError(
+            f"{field} {shown!r} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
+    for separator in _SEPARATORS:
+        if separator in value:
+            raise ArtifactIdError(f"{field} {shown!r} contains {separator!r}; ids cannot be paths")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ArtifactIdError(f"{field} {shown!r} contains a NUL or control character")
+    if value in (".", ".."):
+        raise ArtifactIdError(f"{field} {value!r} is not a valid id")
+    return quote(value, safe="-_.~")
+
+
+def artifact_key(run_id: str, node_id: str, iteration: int) -> str:
+    """``<run>/<node>/<iteration>``: where a node output lives under any store prefix."""
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise ArtifactIdError(f"iteration must be a whole number >= 0, not {iteration!r}")
+    return f"{key_part('run id', run_id)}/{key_part('node id', node_id)}/{iteration}"

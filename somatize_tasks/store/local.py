@@ -1,0 +1,75 @@
+"""A directory of artifacts with atomic writes and size-checked reads.
+
+Used twice: as each worker's private cache, and as the shared store on a
+single machine. A file appears under its final name only once it is
+complete (written to a temporary name in the same directory, then renamed),
+so a reader never sees half a value.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from somatize_tasks.errors import ArtifactCorruptError, ArtifactMissingError
+
+
+class LocalDir:
+    """Artifacts under ``root``, addressed by keys from :func:`artifact_key`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path_for(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def write(self, key: str, writer: Callable[[IO[bytes]], None]) -> int:
+        """Run ``writer`` on a temporary file, then move it into place; returns its size."""
+        final = self.path_for(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with temp.open("wb") as fh:
+                writer(fh)
+            size = temp.stat().st_size
+            os.replace(temp, final)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return size
+
+    def copy_in(self, source: Path, key: str) -> int:
+        """Copy a file in atomically (streamed, never whole in memory)."""
+
+        def copy(fh: IO[bytes]) -> None:
+            with source.open("rb") as src:
+                shutil.copyfileobj(src, fh, 1024 * 1024)
+
+        return self.write(key, copy)
+
+    def has(self, key: str, size: int) -> bool:
+        """True if a complete copy of ``size`` bytes is here."""
+        try:
+            return self.path_for(key).stat().st_size == size
+        except FileNotFoundError:
+            return False
+
+    def checked_path(self, key: str, size: int, where: str) -> Path:
+        """The path of ``key``, verified to hold exactly ``size`` bytes."""
+        path = self.path_for(key)
+        try:
+            actual = path.stat().st_size
+        except FileNotFoundError:
+            raise ArtifactMissingError(f"artifact '{key}' is not in {where}") from None
+        if actual != size:
+            raise ArtifactCorruptError(
+                f"artifact '{key}' in {where} has {actual} bytes; its ref says {size}"
+            )
+        return path
+
+    def delete_prefix(self, prefix: str) -> None:
+        shutil.rmtree(self.path_for(prefix.rstrip("/")), ignore_errors=True)

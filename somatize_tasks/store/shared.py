@@ -1,0 +1,189 @@
+"""The shared store every worker can reach: S3-compatible, or a directory on one machine.
+
+Both speak the same small protocol (:class:`SharedStore`); keys come from
+:func:`~somatize_tasks.store.ids.artifact_key` and are placed under the
+configured prefix. S3 transfers go through boto3's transfer manager, so
+large values move as streamed multipart uploads and ranged downloads; an
+object only becomes visible once its single PUT or its multipart upload
+completes. Errors name the endpoint and bucket, never the credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from somatize_tasks.errors import (
+    ArtifactCorruptError,
+    ArtifactMissingError,
+    ConfigError,
+    StoreError,
+    StoreUnavailableError,
+)
+from somatize_tasks.settings import Settings
+from somatize_tasks.store.local import LocalDir
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
+                ConnectionClosedError)
+
+
+def _not_found(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
+
+
+class SharedStore(Protocol):
+    """What the artifact store needs from a shared backend."""
+
+    def describe(self) -> str: ...
+    def exists(self, key: str, size: int) -> bool: ...
+    def upload(self, source: Path, key: str) -> None: ...
+    def download(self, key: str, dest: LocalDir, size: int) -> None: ...
+    def delete_prefix(self, prefix: str) -> None: ...
+
+
+class DirectoryStore:
+    """A shared directory: every worker on this machine sees the same files."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = LocalDir(root)
+
+    def describe(self) -> str:
+        return f"shared directory {self.dir.root}"
+
+    def exists(self, key: str, size: int) -> bool:
+        return self.dir.has(key, size)
+
+    def upload(self, source: Path, key: str) -> None:
+        self.dir.copy_in(source, key)
+
+    def download(self, key: str, dest: LocalDir, size: int) -> None:
+        dest.copy_in(self.dir.checked_path(key, size, self.describe()), key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.dir.delete_prefix(prefix)
+
+
+class S3Store:
+    """An S3-compatible bucket (AWS S3, MinIO, moto) under ``s3_prefix``."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.s3_bucket:
+            raise ConfigError("SOMATIZE_S3_BUCKET must be set when SOMATIZE_STORE_KIND is 's3'")
+        self.bucket = settings.s3_bucket
+        self.prefix = settings.s3_prefix
+        self.endpoint = settings.s3_endpoint_url or f"AWS S3 ({settings.s3_region})"
+        secret = settings.s3_secret_access_key
+        self.client: S3Client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=settings.s3_endpoint_url,
+            region_name=settings.s3_region,
+            aws_access_key_id=settings.s3_access_key_id,
+            aws_secret_access_key=secret.get_secret_value() if secret else None,
+            config=Config(
+                retries={"max_attempts": 3, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=60,
+                max_pool_connections=max(10, settings.s3_max_concurrency * 2),
+            ),
+        )
+        self.transfer = TransferConfig(
+            multipart_threshold=settings.s3_multipart_threshold_bytes,
+            multipart_chunksize=settings.s3_multipart_chunk_bytes,
+            max_concurrency=settings.s3_max_concurrency,
+        )
+
+    def describe(self) -> str:
+        return f"S3 bucket '{self.bucket}' at {self.endpoint}"
+
+    def object_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, key: str) -> Iterator[None]:
+        """Turn boto errors into store errors that name endpoint and bucket only."""
+        where = f"{action} '{self.object_key(key)}' in {self.describe()}"
+        try:
+            yield
+        except _UNREACHABLE as exc:
+            raise StoreUnavailableError(f"{where}: cannot reach the endpoint ({exc})") from None
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code, message = error.get("Code", "?"), error.get("Message", "")
+            raise StoreError(f"{where}: {code} {message}".rstrip()) from None
+        except (BotoCoreError, boto3.exceptions.Boto3Error) as exc:
+            raise StoreError(f"{where}: {exc}") from None
+
+    def exists(self, key: str, size: int) -> bool:
+        with self._errors("looking up", key):
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key))
+            except ClientError as exc:
+                if _not_found(exc):
+                    return False
+                raise
+        return int(head["ContentLength"]) == size
+
+    def upload(self, source: Path, key: str) -> None:
+        with self._errors("uploading", key):
+            self.client.upload_file(str(source), self.bucket, self.object_key(key),
+                                    Config=self.transfer)
+
+    def download(self, key: str, dest: LocalDir, size: int) -> None:
+        final = dest.path_for(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with self._errors("downloading", key):
+                try:
+                    self.client.download_file(self.bucket, self.object_key(key), str(temp),
+                                              Config=self.transfer)
+                except ClientError as exc:
+                    if _not_found(exc):
+                        raise ArtifactMissingError(
+                            f"artifact '{key}' is not in {self.describe()}"
+                        ) from None
+                    raise
+            actual = temp.stat().st_size
+            if actual != size:
+                raise ArtifactCorruptError(
+                    f"artifact '{key}' in {self.describe()} has {actual} bytes; its ref says {size}"
+                )
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.object_key(prefix)
+        )
+        with self._errors("deleting", prefix):
+            for page in pages:
+                objects: list[Any] = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+                if objects:
+                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": objects})
+
+
+def shared_store(settings: Settings) -> SharedStore:
+    """The shared store the settings name (``store_kind``)."""
+    if settings.store_kind == "s3":
+        return S3Store(settings)
+    return DirectoryStore(settings.store_dir)
