@@ -19,6 +19,8 @@ def main() -> None:
 
 _COMMAND_MODULES = (
     "plan",
+    "worker",
+    "workers",
 )
 
 for _name in _COMMAND_MODULES:

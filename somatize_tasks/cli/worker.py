@@ -1,0 +1,62 @@
+"""``somatize-tasks worker``: start this machine's Celery worker on its own queue.
+
+Options not named here (``--loglevel``, ``--pool``, ``--concurrency``, ...)
+go to ``celery worker`` unchanged. Every option also has a ``SOMATIZE_*``
+environment form, which plain ``celery -A somatize_tasks worker`` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from somatize_tasks.celery_app import create_app
+from somatize_tasks.cli import main
+from somatize_tasks.keys import queue_name
+from somatize_tasks.settings import Settings
+
+_CONCURRENCY_FLAGS = ("-c", "--concurrency")
+
+
+def worker_settings(**options: Any) -> Settings:
+    """Settings from the environment, with the options the user gave on top."""
+    overrides = {name: value for name, value in options.items() if value is not None}
+    try:
+        return Settings.from_env(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise click.UsageError(f"invalid worker settings: {problems}") from None
+
+
+def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:
+    """The ``celery worker`` argument list: own queue, readable node name, events on."""
+    argv = ["worker", "-Q", queue_name(settings.worker_id),
+            "-n", f"{settings.worker_id}@%h", "--task-events"]
+    given_concurrency = any(arg.split("=")[0] in _CONCURRENCY_FLAGS for arg in extra)
+    if settings.max_concurrent is not None and not given_concurrency:
+        argv += ["--concurrency", str(settings.max_concurrent)]
+    return argv + list(extra)
+
+
+@main.command(
+    "worker",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--worker-id", help="Stable id of this worker (default: from the hostname).")
+@click.option("--tags", "worker_tags", help="Comma-separated capability tags, e.g. gpu,training.")
+@click.option("--max-concurrent", type=click.IntRange(min=1),
+              help="Node slots advertised (default: the pool's concurrency).")
+@click.option("--nodes", help="Comma-separated catalog modules to import at start.")
+@click.option("--gpu/--no-gpu", default=None, help="Force GPU presence (default: detect).")
+@click.option("--name", "worker_name", help="Readable name (default: <worker-id>@<host>).")
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(celery_args: tuple[str, ...], **options: Any) -> None:
+    """Start a worker consuming only its own queue, heartbeating into Redis."""
+    settings = worker_settings(**options)
+    app = create_app(settings)
+    app.worker_main(celery_argv(settings, celery_args))

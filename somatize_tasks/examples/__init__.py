@@ -1,0 +1,1 @@
+"""Example node catalogs and plans for demos and tests."""
