@@ -12,6 +12,19 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:workers:seen``        ZSET    worker id -> last heartbeat, ms of Redis
                                         ``TIME`` (one clock for every machine)
     ``<p>:workers:info``        HASH    worker id -> WorkerInfo JSON
+    ``<p>:runs``                ZSET    run id -> creation time (s)
+    ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
+                                        params, ops, input, output, error, times
+    ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
+                                        task results (first wins), ``n:<node>:
+                                        <epoch>`` outputs, ``s:`` loop signals,
+                                        ``i:`` saved inputs, ``j:``/``jn:`` joins,
+                                        ``e:`` loop passes, ``p:`` pending transfers
+    ``<p>:run:<id>:nodes``      HASH    node id -> state JSON (state, worker,
+                                        task id, times)
+    ``<p>:run:<id>:done``       SET     node ids done (progress)
+    ``<p>:run:<id>:transfers``  LIST    transfer records, for status and timeline
+    ``<p>:run:<id>:finished``   LIST    one item pushed when the run ends (wait)
     ==========================  ======  ==========================================
 
 A worker is live while its ``seen`` score is within the heartbeat TTL; a
@@ -49,6 +62,14 @@ class RedisKeys:
     @property
     def workers_info(self) -> str:
         return self.key("workers", "info")
+
+    @property
+    def runs(self) -> str:
+        return self.key("runs")
+
+    def run(self, run_id: str, part: str | None = None) -> str:
+        """A run's meta hash, or one of its parts (``results``, ``nodes``, ...)."""
+        return self.key("run", run_id) if part is None else self.key("run", run_id, part)
 
 
 #: Every task that runs a plan node is named under this prefix; heartbeats

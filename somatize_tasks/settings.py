@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "somatize"
     visibility_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
 
+    # Runs
+    run_ttl_s: Annotated[int, Field(ge=60)] = 7 * 24 * 3600
+    node_soft_time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
+
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0
     heartbeat_ttl_s: Annotated[float, Field(ge=0)] = 0.0
@@ -142,6 +147,26 @@ class Settings(BaseSettings):
     def worker_display_name(self) -> str:
         """The worker's readable name: ``worker_name``, else its Celery node name."""
         return self.worker_name or f"{self.worker_id}@{socket.gethostname()}"
+
+    def to_env(self) -> dict[str, str]:
+        """The ``SOMATIZE_*`` variables that rebuild these settings in another process.
+
+        Contains the S3 secret in clear: pass it to a child's environment,
+        never to a log.
+        """
+        env: dict[str, str] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, list):
+                value = ",".join(value)
+            elif isinstance(value, bool):
+                value = "true" if value else "false"
+            env[f"SOMATIZE_{name.upper()}"] = str(value)
+        return env
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a dict safe to log: passwords in URLs and secrets masked."""

@@ -1,1 +1,88 @@
-"""Celery tasks that run plan nodes (filled in by the router work)."""
+"""The Celery tasks that run plans: thin, each decodes and calls plain functions.
+
+``somatize.node.run``
+    runs one task block (a node, a Composite, a Stream, a Branch condition,
+    a Step) on the worker whose queue it was published to, stores the
+    outputs and advances the run (:mod:`somatize_tasks.runtime.engine`).
+``somatize.run.input_ready``
+    ends a transfer chain on the target worker; the last one for a block
+    publishes the block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from celery import Task, shared_task
+
+from somatize_tasks.catalog import default_catalog
+from somatize_tasks.celery_app import settings_of
+from somatize_tasks.runtime.context import RunContext, run_context
+from somatize_tasks.runtime.dispatch import INPUT_READY_TASK, NODE_TASK, CeleryDispatcher, transfer_record
+from somatize_tasks.runtime.engine import Engine
+from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.values import Expr
+
+log = logging.getLogger(__name__)
+
+
+def _engine(context: RunContext, run_id: str) -> tuple[Engine, CeleryDispatcher] | None:
+    program = context.program(run_id)
+    if program is None:
+        log.warning("run %s is unknown to Redis (expired or never submitted); dropping", run_id)
+        return None
+    state = context.state(run_id)
+    dispatcher = CeleryDispatcher(context, run_id, program, state)
+    return Engine(program, state, dispatcher), dispatcher
+
+
+def execute_block(context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str) -> None:
+    """Run one block here and advance its run; a failure fails the run and re-raises."""
+    found = _engine(context, run_id)
+    if found is None:
+        return
+    engine, dispatcher = found
+    block = engine.program.blocks[bid]
+    nodes = block.task_node_ids()
+    state = dispatcher.state
+    if not state.mark_running(nodes, context.worker_id, epoch, task_id):
+        log.info("run %s is no longer running; skipping %s", run_id, nodes)
+        return
+    try:
+        result = run_block(
+            engine.program, block, run_id, epoch, input_expr,
+            store=context.values, catalog=default_catalog, worker_id=context.worker_id,
+        )  # fmt: skip
+    except Exception as exc:
+        state.mark_nodes(nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}")
+        engine.fail(block, exc, context.worker_id)
+        raise
+    engine.leaf_done(bid, epoch, result)
+
+
+@shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
+def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
+    """Run a plan block on this worker (see the module docstring)."""
+    context = run_context(self.app, settings_of(self.app))
+    execute_block(context, run_id, block, epoch, input, self.request.id or "")
+
+
+@shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)
+def input_ready(self: Task[Any, Any], run_id: str, block: int, epoch: int, ref: dict[str, Any]) -> None:
+    """One transfer for ``block`` arrived; the last one publishes the block."""
+    context = run_context(self.app, settings_of(self.app))
+    found = _engine(context, run_id)
+    if found is None:
+        return
+    engine, dispatcher = found
+    state = dispatcher.state
+    target = engine.program.blocks[block]
+    pipe = state.client.pipeline()
+    pipe.rpush(state.transfers, transfer_record(ref, target, context.worker_id, "s3"))
+    pipe.hincrby(state.results, f"p:{block}:{epoch}", -1)
+    remaining = pipe.execute()[1]
+    if remaining == 0 and state.is_active():
+        input_expr = json.loads(state.client.hget(state.results, f"i:{block}:{epoch}"))
+        dispatcher.publish_node(target, epoch, input_expr)

@@ -1,0 +1,107 @@
+"""Per-process handles a run needs: Redis, the artifact store, compiled programs.
+
+Built once per process and settings (a worker's pool child, or a producer)
+and reused by every task, so a task costs no new connections and a run's
+plan is compiled once per process, not once per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+from redis import Redis
+
+from scheduler import DistributionPlan, ExecutionPlan
+from somatize_tasks.connections import redis_client
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.program import Program, compile_program
+from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.settings import Settings
+from somatize_tasks.store import ArtifactRef, ArtifactStore
+from somatize_tasks.transfer import store_for
+
+PROGRAM_CACHE_SIZE = 128
+PRODUCER = "producer"
+
+
+class ArtifactValues:
+    """The artifact store seen as the runtime's ``ValueStore`` (refs as dicts)."""
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+
+    def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        return self.store.put(run_id, node_id, epoch, value).model_dump(mode="json")
+
+    def get_value(self, ref: dict[str, Any]) -> Any:
+        return self.store.get(ArtifactRef.model_validate(ref))
+
+
+@dataclass
+class RunContext:
+    """What one process uses to take part in runs, as worker ``worker_id``."""
+
+    app: Celery
+    settings: Settings
+    worker_id: str
+    redis: Redis
+    keys: RedisKeys
+    store: ArtifactStore
+    _programs: OrderedDict[str, Program] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def values(self) -> ArtifactValues:
+        return ArtifactValues(self.store)
+
+    def state(self, run_id: str) -> RedisRunState:
+        return RedisRunState(self.redis, self.keys, run_id, self.settings.run_ttl_s)
+
+    def program(self, run_id: str) -> Program | None:
+        """The run's compiled plan (cached), or None if Redis no longer knows the run."""
+        with self._lock:
+            cached = self._programs.get(run_id)
+            if cached is not None:
+                self._programs.move_to_end(run_id)
+                return cached
+        raw = self.redis.hmget(self.keys.run(run_id), "plan", "distribution", "params", "ops")
+        if raw[0] is None:
+            return None
+        program = compile_program(
+            ExecutionPlan.model_validate_json(raw[0]),
+            DistributionPlan.model_validate_json(raw[1]) if raw[1] else None,
+            params=json.loads(raw[2] or b"{}"),
+            ops=json.loads(raw[3] or b"{}"),
+        )
+        self.remember(run_id, program)
+        return program
+
+    def remember(self, run_id: str, program: Program) -> None:
+        with self._lock:
+            self._programs[run_id] = program
+            while len(self._programs) > PROGRAM_CACHE_SIZE:
+                self._programs.popitem(last=False)
+
+
+_contexts: dict[tuple[int, int, str], RunContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def run_context(app: Celery, settings: Settings, worker_id: str | None = None) -> RunContext:
+    """This process's context for ``settings`` as ``worker_id`` (default: the worker's id)."""
+    wid = worker_id or settings.worker_id
+    key = (os.getpid(), id(settings), wid)
+    with _contexts_lock:
+        context = _contexts.get(key)
+        if context is None:
+            context = _contexts[key] = RunContext(
+                app=app, settings=settings, worker_id=wid, redis=redis_client(settings),
+                keys=RedisKeys(settings.key_prefix), store=store_for(settings, wid),
+            )  # fmt: skip
+        return context

@@ -1,0 +1,122 @@
+"""Publishing task blocks to their workers' queues, with the transfers they need.
+
+A block whose inputs all live on its worker (or travel inline) is published
+at once. Otherwise each missing value gets a small Celery chain,
+``upload`` (source worker's queue) -> ``download`` (target worker's queue)
+-> ``input_ready`` (target queue), and the block is published by the
+``input_ready`` that brings its pending-transfer counter to zero. Nothing
+ever waits on a result: every step is started by the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from celery import chain
+from celery.canvas import Signature
+from kombu.utils.uuid import uuid
+
+from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.runtime.context import RunContext
+from somatize_tasks.runtime.program import Block, Program
+from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.runtime.values import Expr, refs_in
+
+NODE_TASK = "somatize.node.run"
+INPUT_READY_TASK = "somatize.run.input_ready"
+
+
+class CeleryDispatcher:
+    """The engine's dispatcher for distributed runs."""
+
+    def __init__(self, context: RunContext, run_id: str, program: Program, state: RedisRunState) -> None:
+        self.context = context
+        self.run_id = run_id
+        self.program = program
+        self.state = state
+        self._workers = set(program.worker_of.values())
+
+    def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
+        worker = block.worker_id or ""
+        missing, direct = self._classify(input_expr, worker)
+        if direct:
+            self._log_transfers(block, worker, direct, "direct")
+        if not missing:
+            self.publish_node(block, epoch, input_expr)
+            return
+        self.state.client.hset(
+            self.state.results,
+            mapping={f"p:{block.index}:{epoch}": len(missing), f"i:{block.index}:{epoch}": json.dumps(input_expr)},
+        )
+        self.state.mark_nodes(block.task_node_ids(), "pending", worker, epoch, waiting_for="transfers")
+        for ref in missing:
+            self._transfer_chain(ref, worker, block, epoch).apply_async()
+
+    def publish_node(self, block: Block, epoch: int, input_expr: Expr) -> None:
+        worker = block.worker_id or ""
+        nodes = block.task_node_ids()
+        task_id = uuid()
+        self.state.mark_nodes(nodes, "pending", worker, epoch, task_id=task_id, queued_at=time.time())
+        self.context.app.send_task(
+            NODE_TASK,
+            kwargs={"run_id": self.run_id, "block": block.index, "epoch": epoch, "input": input_expr},
+            queue=queue_name(worker),
+            task_id=task_id,
+            kwargsrepr=_describe(self.run_id, nodes, epoch),
+        )
+
+    def run_finished(self, status: str, output: Expr | None) -> None:
+        """Nothing to publish: waiters watch the run's state in Redis."""
+
+    # --- transfers -------------------------------------------------------------------
+
+    def _classify(self, input_expr: Expr, worker: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Refs the block's worker must fetch first, and inline ones crossing workers."""
+        missing: dict[str, dict[str, Any]] = {}
+        direct: list[dict[str, Any]] = []
+        for ref in refs_in(input_expr):
+            if ref.get("worker_id") == worker:
+                continue
+            if ref.get("inline") is not None:
+                direct.append(ref)
+            else:
+                missing.setdefault(f"{ref['node_id']}#{ref.get('iteration', 0)}", ref)
+        return list(missing.values()), direct
+
+    def _transfer_chain(self, ref: dict[str, Any], worker: str, block: Block, epoch: int) -> chain:
+        app = self.context.app
+        steps: list[Signature] = []
+        source = ref.get("worker_id")
+        shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
+        if source in self._workers:
+            steps.append(app.signature(TRANSFER_UPLOAD_TASK, args=(ref,), immutable=True,
+                                       queue=queue_name(source or ""), argsrepr=shown))
+        steps.append(app.signature(TRANSFER_DOWNLOAD_TASK, args=(ref,), immutable=True,
+                                   queue=queue_name(worker), argsrepr=shown))
+        steps.append(app.signature(
+            INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref), immutable=True,
+            queue=queue_name(worker), argsrepr=shown,
+        ))  # fmt: skip
+        return chain(*steps)
+
+    def _log_transfers(self, block: Block, worker: str, refs: list[dict[str, Any]], kind: str) -> None:
+        records = [transfer_record(ref, block, worker, kind) for ref in refs]
+        self.state.client.rpush(self.state.transfers, *records)
+
+
+def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
+    """One line of a run's transfer log (status, timeline)."""
+    return json.dumps({
+        "from_node": ref["node_id"], "to_node": block.task_node_ids()[0],
+        "from_worker": ref.get("worker_id"), "to_worker": worker,
+        "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
+    })  # fmt: skip
+
+
+def _describe(run_id: str, nodes: list[str], epoch: int) -> str:
+    """What Flower shows for a node task's arguments: ids, never values."""
+    shown = nodes[0] if len(nodes) == 1 else "+".join(nodes)
+    suffix = f" pass={epoch}" if epoch else ""
+    return f"run={run_id} node={shown}{suffix}"

@@ -1,0 +1,242 @@
+"""``PlanRun``: the producer's handle on a run — follow it, wait for it, cancel it.
+
+Everything is read from the run's state in Redis, so ``PlanRun.attach(id)``
+in another process sees exactly what the submitting process sees.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from scheduler import DistributionPlan
+from somatize_tasks.celery_app import create_app
+from somatize_tasks.errors import SomatizeError
+from somatize_tasks.keys import TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
+from somatize_tasks.runtime.values import Expr, materialize
+from somatize_tasks.settings import Settings, redacted_url
+from somatize_tasks.store import ArtifactRef
+
+
+class RunError(SomatizeError):
+    """A run did not produce its output."""
+
+
+class NodeFailedError(RunError):
+    """A node raised; the message names the node, its worker and the remote traceback."""
+
+    def __init__(self, run_id: str, detail: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.node_id = str(detail.get("node_id"))
+        self.worker_id = str(detail.get("worker_id"))
+        self.remote_traceback = str(detail.get("traceback", ""))
+        super().__init__(
+            f"run {run_id} failed: node '{self.node_id}' on worker '{self.worker_id}' raised "
+            f"{detail.get('type')}: {detail.get('message')}\n\n"
+            f"Remote traceback:\n{self.remote_traceback}"
+        )
+
+
+class RunCancelledError(RunError):
+    """The run was cancelled before it finished."""
+
+
+class RunStateLostError(RunError):
+    """Redis no longer has the run (expired, flushed, or Redis restarted without persistence)."""
+
+
+class RunTimeoutError(RunError, TimeoutError):
+    """``wait(timeout=...)`` ran out before the run ended."""
+
+
+@dataclass
+class NodeStatus:
+    state: str
+    worker: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunStatus:
+    """A run's state and each node's (pending, running, done, failed, cancelled)."""
+
+    run_id: str
+    state: str
+    nodes: dict[str, NodeStatus] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    created_at: float | None = None
+    finished_at: float | None = None
+    transfers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.state == DONE)
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+class PlanRun:
+    """A submitted run. Build it with ``submit_plan`` or :meth:`attach`."""
+
+    def __init__(self, run_id: str, context: RunContext, distribution: DistributionPlan) -> None:
+        self.id = run_id
+        self.distribution = distribution
+        self._context = context
+        self._state = context.state(run_id)
+
+    @classmethod
+    def attach(cls, run_id: str, settings: Settings | None = None) -> PlanRun:
+        """Follow a run submitted elsewhere (another process, another machine)."""
+        settings = settings or Settings.from_env()
+        context = run_context(create_app(settings), settings, PRODUCER)
+        raw = _guarded(settings, lambda: context.redis.hget(context.keys.run(run_id), "distribution"))
+        if raw is None:
+            raise RunStateLostError(
+                f"run {run_id} is not known to Redis at {redacted_url(settings.redis_url)} "
+                "(wrong id or key prefix, or its state expired)"
+            )
+        return cls(run_id, context, DistributionPlan.model_validate_json(raw))
+
+    def __repr__(self) -> str:
+        return f"PlanRun(id={self.id!r})"
+
+    # --- following -------------------------------------------------------------------
+
+    def status(self) -> RunStatus:
+        client, state = self._context.redis, self._state
+        pipe = client.pipeline()
+        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids")
+        pipe.hgetall(state.nodes)
+        pipe.lrange(state.transfers, 0, -1)
+        meta, nodes_raw, transfers = _guarded(self._context.settings, pipe.execute)
+        if meta[0] is None:
+            raise self._lost()
+        run_state = meta[0].decode()
+        nodes = {n: NodeStatus("pending") for n in json.loads(meta[4] or b"[]")}
+        for key, raw in nodes_raw.items():
+            data = json.loads(raw)
+            shown = data["state"]
+            if run_state == CANCELLED and shown in ("pending", "running"):
+                shown = CANCELLED
+            nodes[key.decode()] = NodeStatus(
+                shown, data.get("worker"), data.get("started_at"), data.get("ended_at"), data.get("error")
+            )
+        return RunStatus(
+            run_id=self.id, state=run_state, nodes=nodes,
+            error=json.loads(meta[1]) if meta[1] else None,
+            created_at=float(meta[2]) if meta[2] else None,
+            finished_at=float(meta[3]) if meta[3] else None,
+            transfers=[json.loads(t) for t in transfers],
+        )  # fmt: skip
+
+    def progress(self) -> Progress:
+        client, state = self._context.redis, self._state
+        pipe = client.pipeline()
+        pipe.scard(state.done)
+        pipe.hget(state.meta, "node_count")
+        done, total = _guarded(self._context.settings, pipe.execute)
+        if total is None:
+            raise self._lost()
+        return Progress(int(done), int(total))
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the run ends; its output, or an error saying why there is none."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = _guarded(self._context.settings, self._state.status)
+            if status is None:
+                raise self._lost()
+            if status in FINAL_STATES:
+                return self._outcome(status)
+            remaining = 1.0 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
+            _guarded(
+                self._context.settings,
+                lambda r=remaining: self._context.redis.blpop([self._state.finished], timeout=min(1.0, r)),
+            )
+
+    def _outcome(self, status: str) -> Any:
+        if status == DONE:
+            raw = self._context.redis.hget(self._state.meta, "output")
+            return self._materialize(json.loads(raw)) if raw else None
+        if status == FAILED:
+            raw = self._context.redis.hget(self._state.meta, "error")
+            raise NodeFailedError(self.id, json.loads(raw) if raw else {})
+        raise RunCancelledError(f"run {self.id} was cancelled")
+
+    def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
+        """One node's latest output (the last pass, for a node inside a loop)."""
+        raw = self._context.redis.hget(self._state.nodes, node_id)
+        if raw is None or json.loads(raw).get("state") != DONE:
+            raise LookupError(f"node '{node_id}' of run {self.id} has no output (yet)")
+        epoch = json.loads(raw).get("epoch", 0)
+        expr = self._state.node_output(node_id, epoch)
+        if expr is None:
+            raise LookupError(f"node '{node_id}' of run {self.id} has no recorded output")
+        return self._materialize(expr, timeout=timeout)
+
+    def cancel(self) -> bool:
+        """Stop the run: nothing new starts, running nodes are revoked. False if it had ended."""
+        if not self._state.finish(CANCELLED):
+            return False
+        task_ids = [
+            data["task_id"]
+            for data in (json.loads(v) for v in self._context.redis.hvals(self._state.nodes))
+            if data.get("state") in ("pending", "running") and data.get("task_id")
+        ]
+        if task_ids:
+            self._context.app.control.revoke(task_ids, terminate=True, signal="SIGTERM")
+        return True
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _materialize(self, expr: Expr, timeout: float = 60.0) -> Any:
+        """Read an output here, asking the worker that holds a value to share it first."""
+        store = self._context.store
+
+        def fetch(ref: dict[str, Any]) -> Any:
+            artifact = ArtifactRef.model_validate(ref)
+            if artifact.inline is None and not store.shared.exists(artifact.key, artifact.size):
+                holder = artifact.worker_id or ""
+                self._context.app.send_task(
+                    TRANSFER_UPLOAD_TASK, args=(ref,), queue=queue_name(holder),
+                    argsrepr=f"run={self.id} node={artifact.node_id} {holder}->producer",
+                ).get(timeout=timeout, disable_sync_subtasks=False)
+            return store.get(artifact)
+
+        return materialize(expr, fetch)
+
+    def _lost(self) -> RunStateLostError:
+        return RunStateLostError(
+            f"run {self.id}: its state is gone from Redis at "
+            f"{redacted_url(self._context.settings.redis_url)} (expired, flushed, or Redis "
+            "restarted without persistence); the run cannot be followed any more"
+        )
+
+
+def _guarded(settings: Settings, call: Any) -> Any:
+    """Run a Redis call, turning a connection failure into an error naming the server."""
+    try:
+        return call()
+    except RedisConnectionError as exc:
+        raise RunError(
+            f"cannot reach Redis at {redacted_url(settings.redis_url)}: {exc}. "
+            "Is it running, and is SOMATIZE_REDIS_URL right?"
+        ) from None

@@ -1,0 +1,176 @@
+"""A plan compiled for running: a flat table of blocks, one per plan variant.
+
+The dispatcher never walks the plan tree from the root again: every block
+knows its parent, its position there and its children, so a completion
+event is handled by looking at one block and its parent. Leaves are the
+blocks that become a Celery task (``Execute``, ``Composite``, ``Stream``)
+and the controllers that run a node of their own before deciding where to
+go (``Branch``'s condition, ``Step``). ``Loop``, ``Sequence``,
+``Parallel``, ``Remote`` and ``Empty`` run no task; they only route.
+
+Compiling is linear in the plan's size and pure (no I/O), so every worker
+process compiles a run's plan once and caches it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler import (
+    Branch,
+    Composite,
+    DistributionPlan,
+    Execute,
+    ExecutionPlan,
+    Loop,
+    Parallel,
+    PlanNode,
+    Remote,
+    Sequence,
+    Step,
+    Stream,
+)
+
+TASK_KINDS = frozenset({"Execute", "Composite", "Stream", "Branch", "Step"})
+_SOMA_NUMBER = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
+
+
+@dataclass(slots=True)
+class Block:
+    """One plan variant in the compiled table."""
+
+    index: int
+    kind: str
+    node: PlanNode
+    parent: int | None
+    position: int
+    children: list[int] = field(default_factory=list)
+    worker_id: str | None = None
+
+    @property
+    def runs_task(self) -> bool:
+        return self.kind in TASK_KINDS
+
+    def task_node_ids(self) -> list[str]:
+        """The nodes this block's task runs, in order."""
+        node = self.node
+        if isinstance(node, Composite | Stream):
+            return list(node.node_ids_)
+        if isinstance(node, Execute | Branch | Step):
+            return [node.node_id]
+        return []
+
+
+@dataclass
+class Program:
+    """A run's compiled plan: blocks, where each node runs and what it calls."""
+
+    plan: ExecutionPlan
+    blocks: list[Block]
+    worker_of: dict[str, str]
+    params: dict[str, dict[str, Any]]
+    ops: dict[str, str]
+    signal_nodes: frozenset[str]
+    node_count: int
+
+    @property
+    def root(self) -> Block:
+        return self.blocks[0]
+
+    def op_candidates(self, node_id: str) -> list[str]:
+        """Catalog names to try for ``node_id``, best first.
+
+        An explicit ``ops`` entry wins. Otherwise the node id itself, then
+        Soma's numbering of repeated filters: ``double_2`` is the second
+        ``double``, so it runs ``double`` unless the catalog has ``double_2``.
+        """
+        explicit = self.ops.get(node_id)
+        if explicit is not None:
+            return [explicit]
+        match = _SOMA_NUMBER.match(node_id)
+        return [node_id, match.group("base")] if match else [node_id]
+
+
+def compile_program(
+    plan: ExecutionPlan,
+    distribution: DistributionPlan | None = None,
+    *,
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    ops: Mapping[str, str] | None = None,
+    local_worker: str = "local",
+) -> Program:
+    """Flatten ``plan`` into blocks; without a distribution, every node is local."""
+    worker_of = distribution.worker_of() if distribution is not None else {}
+    blocks: list[Block] = []
+    stack: list[tuple[PlanNode, int | None, int]] = [(plan.root, None, 0)]
+    while stack:
+        node, parent, position = stack.pop()
+        block = Block(len(blocks), node.tag, node, parent, position)
+        blocks.append(block)
+        if parent is not None:
+            blocks[parent].children.append(block.index)
+        task_nodes = block.task_node_ids()
+        if task_nodes:
+            block.worker_id = worker_of.get(task_nodes[0], local_worker)
+        children = node.children()
+        stack.extend((child, block.index, i) for i, child in reversed(list(enumerate(children))))
+    _order_children(blocks)
+    return Program(
+        plan=plan,
+        blocks=blocks,
+        worker_of=worker_of,
+        params={k: dict(v) for k, v in (params or {}).items()},
+        ops=dict(ops or {}),
+        signal_nodes=_signal_nodes(plan.root),
+        node_count=len(plan.node_ids()),
+    )
+
+
+def _order_children(blocks: list[Block]) -> None:
+    """Children were appended in visit order; sort each list by position."""
+    for block in blocks:
+        if len(block.children) > 1:
+            block.children.sort(key=lambda i: blocks[i].position)
+
+
+def terminal_nodes(node: PlanNode) -> list[str]:
+    """The nodes whose outputs make up a sub-plan's output."""
+    if isinstance(node, Execute | Step) and not getattr(node, "handoffs", None):
+        return [node.node_id]
+    if isinstance(node, Step):
+        return [node.node_id, *(t for _, plan in node.handoffs for t in terminal_nodes(plan))]
+    if isinstance(node, Composite | Stream):
+        return [node.node_ids_[-1]]
+    if isinstance(node, Sequence):
+        for step in reversed(node.steps):
+            found = terminal_nodes(step)
+            if found:
+                return found
+        return []
+    if isinstance(node, Parallel):
+        return [t for b in node.branches for t in terminal_nodes(b)]
+    if isinstance(node, Branch):
+        return [t for _, arm in node.arms for t in terminal_nodes(arm)]
+    if isinstance(node, Loop):
+        return [node.carry_from] if node.carry_from else terminal_nodes(node.body)
+    if isinstance(node, Remote):
+        return terminal_nodes(node.plan)
+    return []
+
+
+def _signal_nodes(root: PlanNode) -> frozenset[str]:
+    """Nodes whose output a Loop reads as its stop signal."""
+    found: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Loop):
+            if node.until.type == "WhenSignaled" and node.until.node is not None:
+                found.add(node.until.node)
+            elif node.until.type == "BodyTerminal":
+                found.update(terminal_nodes(node.body))
+        stack.extend(node.children())
+    return frozenset(found)

@@ -1,0 +1,209 @@
+""":class:`RunState` in Redis: every method one atomic round trip.
+
+Atomicity comes from Lua scripts where a check and a write must not be
+split: a task result is recorded only while the run is running and only
+the first time (``HSETNX``), so a message that ran twice cannot advance
+the run twice; a join counts a branch in only once, and exactly one
+completion sees the counter reach zero. Key names: :mod:`somatize_tasks.keys`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from redis import Redis
+
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult
+from somatize_tasks.runtime.values import Expr
+
+RESULT_PARTS = ("results", "nodes", "done", "transfers", "finished")
+
+# KEYS: meta, results, nodes, done. ARGV: leaf field, leaf json, n, n x (field, value),
+# m, m x (node id, state json).
+_RECORD_LEAF = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
+local i = 4
+for _ = 1, tonumber(ARGV[3]) do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]); i = i + 2
+end
+local m = tonumber(ARGV[i]); i = i + 1
+for _ = 1, m do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i]); i = i + 2
+end
+return 1
+"""
+
+# KEYS: results. ARGV: slot field, expr json, remaining field, total field, slot prefix.
+# HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
+_JOIN = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
+if redis.call('HINCRBY', KEYS[1], ARGV[3], -1) ~= 0 then return false end
+local total = tonumber(redis.call('HGET', KEYS[1], ARGV[4]))
+local out = {}
+for start = 0, total - 1, 1000 do
+  local fields = {}
+  for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[5] .. i end
+  for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(fields))) do out[#out + 1] = v end
+end
+return out
+"""
+
+# KEYS: results. ARGV: info json.
+_NEW_EPOCH = """
+local epoch = redis.call('HINCRBY', KEYS[1], 'epochs', 1)
+redis.call('HSET', KEYS[1], 'e:' .. epoch, ARGV[1])
+return epoch
+"""
+
+# KEYS: meta, finished, then every key to expire. ARGV: status, field json pairs..., ttl.
+_FINISH = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
+return 1
+"""
+
+# KEYS: meta, nodes. ARGV: state json, node ids...
+_MARK_RUNNING = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+for i = 2, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
+return 1
+"""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class RedisRunState:
+    """One run's state in Redis; cheap to build per task."""
+
+    def __init__(self, client: Redis, keys: RedisKeys, run_id: str, ttl_s: int) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.ttl_s = ttl_s
+        self.meta = keys.run(run_id)
+        self.results = keys.run(run_id, "results")
+        self.nodes = keys.run(run_id, "nodes")
+        self.done = keys.run(run_id, "done")
+        self.finished = keys.run(run_id, "finished")
+        self.transfers = keys.run(run_id, "transfers")
+        self._record = client.register_script(_RECORD_LEAF)
+        self._join = client.register_script(_JOIN)
+        self._new_epoch = client.register_script(_NEW_EPOCH)
+        self._finish = client.register_script(_FINISH)
+        self._mark_running = client.register_script(_MARK_RUNNING)
+
+    def all_keys(self) -> list[str]:
+        return [self.meta, self.results, self.nodes, self.done, self.finished, self.transfers]
+
+    # --- RunState --------------------------------------------------------------------
+
+    def is_active(self) -> bool:
+        return self.client.hget(self.meta, "status") == RUNNING.encode()
+
+    def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
+        args: list[Any] = [f"b:{bid}:{epoch}", _dumps(result.to_json())]
+        args.append(len(result.node_outputs) + len(result.signals))
+        for node_id, expr in result.node_outputs.items():
+            args += [f"n:{node_id}:{epoch}", _dumps(expr)]
+        for node_id, stop in result.signals.items():
+            args += [f"s:{node_id}:{epoch}", "1" if stop else "0"]
+        args.append(len(nodes))
+        status = {
+            "state": "done", "worker": result.worker_id, "epoch": epoch,
+            "started_at": result.started_at, "ended_at": result.ended_at,
+        }  # fmt: skip
+        for node_id in nodes:
+            args += [node_id, _dumps(status)]
+        keys = [self.meta, self.results, self.nodes, self.done]
+        return bool(self._record(keys=keys, args=args))
+
+    def node_output(self, node_id: str, epoch: int) -> Expr | None:
+        raw = self.client.hget(self.results, f"n:{node_id}:{epoch}")
+        return None if raw is None else dict(json.loads(raw))
+
+    def signal(self, node_id: str, epoch: int) -> bool | None:
+        raw = self.client.hget(self.results, f"s:{node_id}:{epoch}")
+        return None if raw is None else raw == b"1"
+
+    def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
+        self.client.hset(self.results, f"i:{bid}:{epoch}", _dumps(expr))
+
+    def load_input(self, bid: int, epoch: int) -> Expr:
+        raw = self.client.hget(self.results, f"i:{bid}:{epoch}")
+        if raw is None:
+            raise LookupError(f"run {self.run_id}: no saved input for block {bid} pass {epoch}")
+        return dict(json.loads(raw))
+
+    def open_join(self, bid: int, epoch: int, expected: int) -> None:
+        self.client.hset(
+            self.results, mapping={f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected}
+        )
+
+    def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
+        prefix = f"j:{bid}:{epoch}:"
+        found = self._join(
+            keys=[self.results],
+            args=[f"{prefix}{position}", _dumps(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}", prefix],
+        )
+        if not found:
+            return None
+        return [dict(json.loads(raw)) for raw in found]
+
+    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
+        info = _dumps([loop_bid, outer_epoch, pass_number])
+        return int(self._new_epoch(keys=[self.results], args=[info]))
+
+    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
+        raw = self.client.hget(self.results, f"e:{epoch}")
+        if raw is None:
+            raise LookupError(f"run {self.run_id}: unknown loop pass {epoch}")
+        loop_bid, outer, number = json.loads(raw)
+        return int(loop_bid), int(outer), int(number)
+
+    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any) -> None:
+        status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
+        self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
+
+    def settle_nodes(self, nodes: list[str], state: str) -> None:
+        if not nodes:
+            return
+        status = _dumps({"state": state, "ended_at": time.time()})
+        pipe = self.client.pipeline()
+        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
+        pipe.sadd(self.done, *nodes)
+        pipe.execute()
+
+    def mark_running(self, nodes: list[str], worker_id: str, epoch: int, task_id: str) -> bool:
+        """Nodes start; False if the run is no longer running (skip the work)."""
+        status = _dumps({
+            "state": RUNNING, "worker": worker_id, "epoch": epoch,
+            "started_at": time.time(), "task_id": task_id,
+        })  # fmt: skip
+        return bool(self._mark_running(keys=[self.meta, self.nodes], args=[status, *nodes]))
+
+    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+        field, value = ("", "")
+        if output is not None:
+            field, value = "output", _dumps(output)
+        elif error is not None:
+            field, value = "error", _dumps(error)
+        args = [status, str(time.time()), field, value, self.ttl_s]
+        keys = [self.meta, self.finished, self.results, self.nodes, self.done, self.transfers]
+        return bool(self._finish(keys=keys, args=args))
+
+    # --- reading, for PlanRun ----------------------------------------------------------
+
+    def status(self) -> str | None:
+        raw = self.client.hget(self.meta, "status")
+        return None if raw is None else raw.decode()
+
+    def is_final(self) -> bool:
+        return self.status() in FINAL_STATES

@@ -1,0 +1,188 @@
+"""What the dispatcher needs to remember about a run, as a narrow interface.
+
+:class:`RunState` is implemented twice: :class:`MemoryRunState` for local,
+in-process runs (``somatize-tasks run``, the no-worker fallback) and
+:class:`somatize_tasks.runtime.redis_state.RedisRunState` for distributed
+runs, where every method is one atomic Redis round trip. The dispatcher
+(:mod:`somatize_tasks.runtime.engine`) is written against this interface
+only, so both kinds of run compute the same thing.
+
+Keys used below: ``bid`` is a block index of the compiled program,
+``epoch`` numbers one pass of a loop body (0 outside any loop).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from somatize_tasks.runtime.values import Expr
+
+RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
+SKIPPED = "skipped"
+FINAL_STATES = frozenset({DONE, FAILED, CANCELLED})
+
+
+@dataclass
+class LeafResult:
+    """What a task reports when its block's nodes have run.
+
+    ``output`` is the block's output; ``node_outputs`` every node's own
+    output (a Composite has several); ``signals`` the stop/continue verdict
+    of loop signal nodes; ``label`` a Branch condition's choice; ``handoff``
+    a Step's chosen handoff (``output`` is then what the handoff receives).
+    """
+
+    output: Expr
+    node_outputs: dict[str, Expr] = field(default_factory=dict)
+    signals: dict[str, bool] = field(default_factory=dict)
+    label: str | None = None
+    handoff: str | None = None
+    worker_id: str = "local"
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "node_outputs": self.node_outputs,
+            "signals": self.signals,
+            "label": self.label,
+            "handoff": self.handoff,
+            "worker_id": self.worker_id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LeafResult:
+        return cls(**data)
+
+
+class RunState(Protocol):
+    """Atomic bookkeeping for one run."""
+
+    def is_active(self) -> bool: ...
+
+    def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
+        """Record a task's result; False if it was already recorded or the run is over.
+
+        The first completion of a block wins; a duplicate (a message that
+        ran twice) is dropped here, before it can advance the run.
+        """
+        ...
+
+    def node_output(self, node_id: str, epoch: int) -> Expr | None: ...
+
+    def signal(self, node_id: str, epoch: int) -> bool | None: ...
+
+    def save_input(self, bid: int, epoch: int, expr: Expr) -> None: ...
+
+    def load_input(self, bid: int, epoch: int) -> Expr: ...
+
+    def open_join(self, bid: int, epoch: int, expected: int) -> None: ...
+
+    def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
+        """Add one branch result; all results (in branch order) once the last arrives."""
+        ...
+
+    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int: ...
+
+    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
+        """``(loop block, outer epoch, pass number)`` of a loop pass epoch."""
+        ...
+
+    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int) -> None: ...
+
+    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+        """End the run once; False if it had already ended."""
+        ...
+
+    def settle_nodes(self, nodes: list[str], state: str) -> None:
+        """Nodes that ran no task of their own end in ``state``: a loop controller
+        is ``done`` when its loop is, the arms a Branch did not take are ``skipped``."""
+        ...
+
+
+class MemoryRunState:
+    """:class:`RunState` in a process's memory, for local runs."""
+
+    def __init__(self) -> None:
+        self.status = RUNNING
+        self.output: Expr | None = None
+        self.error: dict[str, Any] | None = None
+        self.leaves: dict[tuple[int, int], LeafResult] = {}
+        self.outputs: dict[tuple[str, int], Expr] = {}
+        self.signals: dict[tuple[str, int], bool] = {}
+        self.inputs: dict[tuple[int, int], Expr] = {}
+        self.joins: dict[tuple[int, int], list[Expr | None]] = {}
+        self.epochs: dict[int, tuple[int, int, int]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+
+    def is_active(self) -> bool:
+        return self.status == RUNNING
+
+    def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
+        if not self.is_active() or (bid, epoch) in self.leaves:
+            return False
+        self.leaves[bid, epoch] = result
+        for node_id, expr in result.node_outputs.items():
+            self.outputs[node_id, epoch] = expr
+        for node_id, stop in result.signals.items():
+            self.signals[node_id, epoch] = stop
+        for node_id in nodes:
+            self.nodes[node_id] = {
+                "state": DONE, "worker": result.worker_id, "epoch": epoch,
+                "started_at": result.started_at, "ended_at": result.ended_at,
+            }  # fmt: skip
+        return True
+
+    def node_output(self, node_id: str, epoch: int) -> Expr | None:
+        return self.outputs.get((node_id, epoch))
+
+    def signal(self, node_id: str, epoch: int) -> bool | None:
+        return self.signals.get((node_id, epoch))
+
+    def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
+        self.inputs[bid, epoch] = expr
+
+    def load_input(self, bid: int, epoch: int) -> Expr:
+        return self.inputs[bid, epoch]
+
+    def open_join(self, bid: int, epoch: int, expected: int) -> None:
+        self.joins[bid, epoch] = [None] * expected
+
+    def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
+        slots = self.joins[bid, epoch]
+        if slots[position] is not None:
+            return None
+        slots[position] = expr
+        if any(slot is None for slot in slots):
+            return None
+        return [slot for slot in slots if slot is not None]
+
+    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
+        epoch = len(self.epochs) + 1
+        self.epochs[epoch] = (loop_bid, outer_epoch, pass_number)
+        return epoch
+
+    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
+        return self.epochs[epoch]
+
+    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int) -> None:
+        now = time.time()
+        for node_id in nodes:
+            entry = self.nodes.setdefault(node_id, {})
+            entry.update(state=state, worker=worker_id, epoch=epoch)
+            entry.setdefault("started_at", now) if state == RUNNING else None
+
+    def settle_nodes(self, nodes: list[str], state: str) -> None:
+        for node_id in nodes:
+            self.nodes.setdefault(node_id, {}).update(state=state)
+
+    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+        if self.status in FINAL_STATES:
+            return False
+        self.status, self.output, self.error = status, output, error
+        return True

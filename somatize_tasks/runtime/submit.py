@@ -1,0 +1,241 @@
+"""``submit_plan`` and ``submit_study``: the producer's way in.
+
+``submit_plan`` reads the live workers, schedules the plan, records the run
+in Redis, publishes the blocks that can start and returns a
+:class:`PlanRun` at once. With no live worker it runs the plan here, in
+this process, with a warning (unless ``require_workers=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scheduler import DistributionPlan, ExecutionPlan, load_plan, schedule, schedule_study
+from somatize_tasks.catalog import Catalog
+from somatize_tasks.celery_app import create_app
+from somatize_tasks.errors import SomatizeError
+from somatize_tasks.registry import Registry
+from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.dispatch import CeleryDispatcher
+from somatize_tasks.runtime.engine import Engine
+from somatize_tasks.runtime.handle import PlanRun, Progress, RunStatus, NodeStatus, _guarded
+from somatize_tasks.runtime.local import LocalRunResult, run_local
+from somatize_tasks.runtime.program import compile_program
+from somatize_tasks.runtime.state import DONE, FAILED
+from somatize_tasks.runtime.values import Expr, ref_expr
+from somatize_tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+INPUT_NODE = "input"
+
+Params = Mapping[str, Mapping[str, Any]]
+
+
+class NoWorkersError(SomatizeError):
+    """``require_workers=True`` and no live worker could take the plan."""
+
+
+class PlanInputError(SomatizeError, ValueError):
+    """``params`` or ``ops`` name a node the plan does not have."""
+
+
+def submit_plan(
+    plan: ExecutionPlan | str | bytes | Mapping[str, Any] | Any,
+    *,
+    input: Any = None,
+    params: Params | None = None,
+    ops: Mapping[str, str] | None = None,
+    differentiable_nodes: Iterable[str] = (),
+    settings: Settings | None = None,
+    require_workers: bool = False,
+    catalog: Catalog | None = None,
+) -> PlanRun:
+    """Start ``plan`` on the live workers and return its handle at once.
+
+    ``params`` maps node ids to keyword parameters, ``ops`` node ids to
+    catalog names. ``catalog`` is used only when the plan runs locally.
+    """
+    execution_plan = load_plan(plan)
+    _check_node_names(execution_plan, params, ops)
+    settings = settings or Settings.from_env()
+    context = run_context(create_app(settings), settings, PRODUCER)
+    workers = _guarded(settings, lambda: Registry.from_settings(settings, context.redis).live())
+    distribution = schedule(execution_plan, [w.info for w in workers], differentiable_nodes)
+    if distribution.is_local:
+        return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
+    return _start(context, execution_plan, distribution, input, params, ops)
+
+
+def submit_study(
+    plan: ExecutionPlan | str | bytes | Mapping[str, Any] | Any,
+    *,
+    trials: list[Params],
+    input: Any = None,
+    ops: Mapping[str, str] | None = None,
+    differentiable_nodes: Iterable[str] = (),
+    settings: Settings | None = None,
+) -> StudyRun:
+    """Run one trial per entry of ``trials`` (each maps node ids to parameters).
+
+    Trials are placed round-robin across the workers by ``schedule_study``;
+    each runs as a run of its own with its trial's parameters.
+    """
+    execution_plan = load_plan(plan)
+    for trial in trials:
+        _check_node_names(execution_plan, trial, ops)
+    settings = settings or Settings.from_env()
+    context = run_context(create_app(settings), settings, PRODUCER)
+    workers = [w.info for w in Registry.from_settings(settings, context.redis).live()]
+    study = schedule_study(execution_plan, workers, len(trials), differentiable_nodes)
+    if study.is_local:
+        raise NoWorkersError(f"no live worker can run the study: {'; '.join(study.warnings)}")
+    runs = []
+    for index, trial in enumerate(trials):
+        distribution = _trial_slice(study, index)
+        runs.append(_start(context, execution_plan, distribution, input, trial, ops))
+    return StudyRun(runs, study)
+
+
+class StudyRun:
+    """The runs of a study, one per trial, in trial order."""
+
+    def __init__(self, runs: list[PlanRun], distribution: DistributionPlan) -> None:
+        self.runs = runs
+        self.distribution = distribution
+
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        """Every trial's output, in trial order (the first failure raises)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results = []
+        for run in self.runs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            results.append(run.wait(timeout=left))
+        return results
+
+    def cancel(self) -> None:
+        for run in self.runs:
+            run.cancel()
+
+
+def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
+    phases = [p for p in study.phases if p.phase_type.trial_index == index]
+    return DistributionPlan(
+        assignments=[a for a in study.assignments if a.phase.trial_index == index],
+        phases=phases,
+        data_transfers=[],
+        warnings=study.warnings,
+    )
+
+
+def _check_node_names(plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None) -> None:
+    known = set(plan.node_ids())
+    for what, mapping in (("params", params), ("ops", ops)):
+        unknown = sorted(set(mapping or {}) - known)
+        if unknown:
+            raise PlanInputError(
+                f"{what} names nodes the plan does not have: {', '.join(unknown)}; "
+                f"the plan's nodes are: {', '.join(sorted(known))}"
+            )
+
+
+def _store_input(context: RunContext, run_id: str, value: Any) -> Expr:
+    """The run input as an expression: inline if small, else in the shared store."""
+    ref = context.store.put(run_id, INPUT_NODE, 0, value)
+    if ref.inline is None:
+        context.store.upload(ref)
+    return ref_expr(ref.model_dump(mode="json"))
+
+
+def _start(
+    context: RunContext,
+    plan: ExecutionPlan,
+    distribution: DistributionPlan,
+    input: Any,
+    params: Params | None,
+    ops: Mapping[str, str] | None,
+) -> PlanRun:
+    run_id = uuid.uuid4().hex[:16]
+    program = compile_program(plan, distribution, params=params, ops=ops)
+    context.remember(run_id, program)
+    state = context.state(run_id)
+    input_expr = _store_input(context, run_id, input)
+    meta = {
+        "status": "running",
+        "plan": plan.model_dump_json(),
+        "distribution": distribution.model_dump_json(),
+        "params": json.dumps(program.params),
+        "ops": json.dumps(program.ops),
+        "input": json.dumps(input_expr),
+        "node_count": program.node_count,
+        "node_ids": json.dumps(plan.node_ids()),
+        "created_at": time.time(),
+    }
+    pipe = context.redis.pipeline()
+    pipe.hset(state.meta, mapping=meta)
+    pipe.expire(state.meta, context.settings.run_ttl_s)
+    pipe.zadd(context.keys.runs, {run_id: time.time()})
+    pipe.execute()
+    for warning in distribution.warnings:
+        log.warning("run %s: %s", run_id, warning)
+    engine = Engine(program, state, CeleryDispatcher(context, run_id, program, state))
+    engine.start(0, 0, input_expr)
+    return PlanRun(run_id, context, distribution)
+
+
+def _run_here(
+    plan: ExecutionPlan,
+    distribution: DistributionPlan,
+    input: Any,
+    params: Params | None,
+    ops: Mapping[str, str] | None,
+    require_workers: bool,
+    catalog: Catalog | None,
+) -> PlanRun:
+    reason = "; ".join(distribution.warnings) or "no live workers"
+    if require_workers:
+        raise NoWorkersError(
+            f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
+            "without require_workers=True to run the plan in this process."
+        )
+    warnings.warn(f"{reason}: running the plan in this process", RuntimeWarning, stacklevel=3)
+    result = run_local(plan, input=input, params=params, ops=ops, catalog=catalog)
+    return LocalPlanRun(result, distribution, len(plan.node_ids()))
+
+
+class LocalPlanRun(PlanRun):
+    """A run that already happened in this process (the no-worker fallback)."""
+
+    def __init__(self, result: LocalRunResult, distribution: DistributionPlan, total: int) -> None:
+        self.id = f"local-{uuid.uuid4().hex[:12]}"
+        self.distribution = distribution
+        self._result = result
+        self._total = total
+
+    def status(self) -> RunStatus:
+        nodes = {
+            n: NodeStatus(s["state"], s.get("worker"), s.get("started_at"), s.get("ended_at"))
+            for n, s in self._result.nodes.items()
+        }
+        return RunStatus(self.id, self._result.status, nodes, self._result.error)
+
+    def progress(self) -> Progress:
+        return Progress(sum(1 for s in self._result.nodes.values() if s["state"] == DONE), self._total)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        if self._result.status == FAILED:
+            from somatize_tasks.runtime.handle import NodeFailedError
+
+            raise NodeFailedError(self.id, self._result.error or {})
+        return self._result.output
+
+    def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
+        raise LookupError("a local run keeps only its final output; use wait()")
+
+    def cancel(self) -> bool:
+        return False

@@ -1,0 +1,73 @@
+"""Value expressions: how a node's input is described without carrying it.
+
+A message never holds a large value, only an expression that says where
+the value is:
+
+``{"ref": {...ArtifactRef...}}``
+    one node output in the artifact store (small ones carry the bytes
+    inline, so they need no transfer);
+``{"map": {"train_svm": <expr>, "train_knn": <expr>}}``
+    a Parallel's output: each branch's terminal node id to its output;
+``{"value": <json>}``
+    a literal, such as a small run input given by the producer.
+
+The worker that runs a node turns the expression into a Python value
+(:func:`materialize`), fetching each ref from its cache or the shared store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+Expr = dict[str, Any]
+
+
+def ref_expr(ref: Mapping[str, Any]) -> Expr:
+    return {"ref": dict(ref)}
+
+
+def value_expr(value: Any) -> Expr:
+    return {"value": value}
+
+
+def map_expr(items: Mapping[str, Expr]) -> Expr:
+    return {"map": dict(items)}
+
+
+def refs_in(expr: Expr) -> Iterator[dict[str, Any]]:
+    """Every artifact ref the expression mentions (depth first)."""
+    if "ref" in expr:
+        yield expr["ref"]
+    elif "map" in expr:
+        for item in expr["map"].values():
+            yield from refs_in(item)
+
+
+def materialize(expr: Expr, fetch: Callable[[dict[str, Any]], Any]) -> Any:
+    """The Python value an expression stands for; ``fetch`` reads one ref."""
+    if "ref" in expr:
+        return fetch(expr["ref"])
+    if "map" in expr:
+        return {key: materialize(item, fetch) for key, item in expr["map"].items()}
+    if "value" in expr:
+        return expr["value"]
+    raise ValueError(f"not a value expression: keys {sorted(expr)}")
+
+
+def join_branches(results: list[Expr]) -> Expr:
+    """A Parallel's output from its branches' outputs, in branch order.
+
+    Each branch is keyed by its terminal node id (a nested Parallel's map is
+    merged in); a branch whose output is a plain literal (an ``Empty``
+    branch passes its input through) is keyed ``branch_<i>``.
+    """
+    items: dict[str, Expr] = {}
+    for index, result in enumerate(results):
+        if "ref" in result:
+            items[result["ref"]["node_id"]] = result
+        elif "map" in result:
+            items.update(result["map"])
+        else:
+            items[f"branch_{index}"] = result
+    return map_expr(items)
