@@ -118,7 +118,7 @@ def node(name: Any = None, /, *, catalog: Catalog | None = None) -> Any:
     Without a name the function's (or class's) ``__name__`` is used. The
     decorated object is returned unchanged, so it stays callable locally.
     """
-    target_catalog = catalog or default_catalog
+    target_catalog = default_catalog if catalog is None else catalog
     if callable(name):
         target_catalog.register(name.__name__, name)
         return name
@@ -167,4 +167,4 @@ def load_catalog_modules(modules: Iterable[str], catalog: Catalog | None = None)
             importlib.import_module(module)
         except Exception as exc:
             raise CatalogError(f"cannot load node module '{module}': {exc}") from exc
-    return (catalog or default_catalog).names()
+    return (default_catalog if catalog is None else catalog).names()
