@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "plan",
     "worker",
     "workers",
+    "runs",
 )
 
 for _name in _COMMAND_MODULES:

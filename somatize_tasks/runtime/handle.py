@@ -131,12 +131,14 @@ class PlanRun:
         nodes = {n: NodeStatus("pending") for n in json.loads(meta[4] or b"[]")}
         for key, raw in nodes_raw.items():
             data = json.loads(raw)
-            shown = data["state"]
-            if run_state == CANCELLED and shown in ("pending", "running"):
-                shown = CANCELLED
             nodes[key.decode()] = NodeStatus(
-                shown, data.get("worker"), data.get("started_at"), data.get("ended_at"), data.get("error")
+                data["state"], data.get("worker"), data.get("started_at"), data.get("ended_at"),
+                data.get("error"),
             )
+        if run_state == CANCELLED:
+            for node in nodes.values():
+                if node.state in ("pending", "running"):
+                    node.state = CANCELLED
         return RunStatus(
             run_id=self.id, state=run_state, nodes=nodes,
             error=json.loads(meta[1]) if meta[1] else None,

@@ -85,7 +85,8 @@ def run_local(
         try:
             result = run_block(
                 program, block, run_id, epoch, input_expr,
-                store=store, catalog=catalog or default_catalog, worker_id=LOCAL_WORKER,
+                store=store, catalog=default_catalog if catalog is None else catalog,
+                worker_id=LOCAL_WORKER,
             )  # fmt: skip
         except Exception as exc:
             state.mark_nodes(block.task_node_ids(), "failed", LOCAL_WORKER, epoch)

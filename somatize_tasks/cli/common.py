@@ -1,0 +1,71 @@
+"""What every command shares: reading JSON files and turning errors into messages.
+
+A command line user should see what was wrong and how to fix it, never a
+traceback: :func:`friendly_errors` turns the project's own errors, bad
+files and unreachable services into one ``Error: ...`` line and exit 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+from redis.exceptions import RedisError
+
+from scheduler import SchedulerError
+from somatize_tasks.errors import SomatizeError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def load_json_file(path: str | Path, what: str) -> Any:
+    """Parsed JSON from ``path``; errors name the file, the line and the column."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise click.ClickException(f"{what} file '{file}' does not exist") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {what} file '{file}': {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(
+            f"{what} file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+
+
+def import_node_modules(modules: Iterable[str]) -> None:
+    """Import catalog modules named on the command line (``--nodes a.b,c.d``)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise click.ClickException(f"cannot import node module '{module}': {exc}") from None
+
+
+def split_modules(values: Iterable[str]) -> list[str]:
+    return [m.strip() for value in values for m in value.split(",") if m.strip()]
+
+
+def friendly_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Report expected failures as ``Error: <message>`` (exit 1), without a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except (SchedulerError, SomatizeError) as exc:
+            raise click.ClickException(str(exc)) from None
+        except RedisError as exc:
+            raise click.ClickException(
+                f"Redis is not reachable ({exc}). Is it running, and is SOMATIZE_REDIS_URL right?"
+            ) from None
+
+    return wrapper

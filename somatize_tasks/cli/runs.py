@@ -1,0 +1,201 @@
+"""``submit``, ``status``, ``cancel`` and ``run``: starting and following runs.
+
+``submit`` prints the run id and the distribution; with ``--wait`` a live
+progress bar (overall and per worker) and then the output. With ``--json``
+stdout carries only JSON (the output, or the run id and distribution), so
+it can be piped; everything for people goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from scheduler import DistributionPlan
+from somatize_tasks.cli import main
+from somatize_tasks.cli.common import (
+    friendly_errors,
+    import_node_modules,
+    load_json_file,
+    split_modules,
+)
+from somatize_tasks.runtime.handle import PlanRun, RunStatus
+from somatize_tasks.runtime.local import run_local
+from somatize_tasks.runtime.submit import submit_plan
+from somatize_tasks.settings import Settings
+
+people = Console(stderr=True)
+FINISHED = ("done", "failed", "cancelled")
+STATE_STYLE = {"done": "green", "running": "cyan", "failed": "red", "cancelled": "yellow",
+               "skipped": "dim", "pending": "white"}
+
+
+def _json_out(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def _show_distribution(distribution: DistributionPlan) -> None:
+    from somatize_tasks.cli.plan import distribution_tables
+
+    for renderable in distribution_tables(distribution):
+        people.print(renderable)
+
+
+plan_argument = click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False))
+input_option = click.option("--input", "input_file", type=click.Path(dir_okay=False),
+                            help="JSON file holding the run's input value.")
+params_option = click.option("--params", "params_file", type=click.Path(dir_okay=False),
+                             help='JSON file mapping node ids to keyword parameters: {"load": {"n": 10}}.')
+ops_option = click.option("--ops", "ops_file", type=click.Path(dir_okay=False),
+                          help="JSON file mapping node ids to catalog names.")
+nodes_option = click.option("--nodes", multiple=True, metavar="MODULE[,MODULE]",
+                            help="Catalog modules to import (for running here).")
+
+
+def _optional_json(path: str | None, what: str) -> Any:
+    return None if path is None else load_json_file(path, what)
+
+
+@main.command("submit")
+@plan_argument
+@input_option
+@params_option
+@ops_option
+@nodes_option
+@click.option("--wait", is_flag=True, help="Follow the run with a progress bar and print its output.")
+@click.option("--timeout", type=float, default=None, help="With --wait: give up after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print only JSON on stdout.")
+@click.option("--require-workers", is_flag=True, help="Fail instead of running here when no worker is live.")
+@friendly_errors
+def submit(plan_file: str, input_file: str | None, params_file: str | None, ops_file: str | None,
+           nodes: tuple[str, ...], wait: bool, timeout: float | None, as_json: bool,
+           require_workers: bool) -> None:
+    """Submit PLAN.json to the live workers."""
+    import_node_modules(split_modules(nodes))
+    run = submit_plan(
+        load_json_file(plan_file, "plan"),
+        input=_optional_json(input_file, "input"),
+        params=_optional_json(params_file, "params"),
+        ops=_optional_json(ops_file, "ops"),
+        require_workers=require_workers,
+        settings=Settings.from_env(),
+    )
+    people.print(f"run [bold]{run.id}[/bold]")
+    _show_distribution(run.distribution)
+    if not wait:
+        if as_json:
+            _json_out({"run_id": run.id, "distribution": run.distribution.model_dump(mode="json")})
+        else:
+            people.print(f"follow it with: somatize-tasks status {run.id}")
+        return
+    follow(run, timeout)
+    output = run.wait(timeout=5)
+    if as_json:
+        _json_out(output)
+    else:
+        people.print("[bold green]output[/bold green]")
+        Console().print_json(json.dumps(output, default=str))
+
+
+def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) -> None:
+    """A live progress bar: all nodes, and each worker's, until the run ends."""
+    per_worker = Counter(a.worker_id for a in run.distribution.assignments)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=people, transient=False) as bar:
+        overall = bar.add_task("[bold]all nodes", total=run.progress().total)
+        lanes = {w: bar.add_task(f"  {w}", total=n) for w, n in sorted(per_worker.items())}
+        while True:
+            status = run.status()
+            bar.update(overall, completed=run.progress().done)
+            done_by = Counter(n.worker for n in status.nodes.values() if n.state == "done")
+            for worker, task in lanes.items():
+                bar.update(task, completed=done_by.get(worker, 0))
+            if status.state in FINISHED:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise click.ClickException(f"run {run.id} still running after {timeout} s")
+            time.sleep(interval_s)
+
+
+def status_table(status: RunStatus) -> Table:
+    table = Table(title=f"run {status.run_id}: {status.state}")
+    for column in ("node", "state", "worker", "seconds"):
+        table.add_column(column)
+    for node_id, node in status.nodes.items():
+        took = (f"{node.ended_at - node.started_at:.2f}"
+                if node.started_at and node.ended_at else "")
+        style = STATE_STYLE.get(node.state, "")
+        table.add_row(node_id, f"[{style}]{node.state}[/{style}]", node.worker or "", took)
+    return table
+
+
+@main.command("status")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@friendly_errors
+def status(run_id: str, as_json: bool) -> None:
+    """Show a run's state, progress and each node's state and worker."""
+    run = PlanRun.attach(run_id, Settings.from_env())
+    current = run.status()
+    if as_json:
+        _json_out({"run_id": current.run_id, "state": current.state, "error": current.error,
+                   "progress": vars(run.progress()),
+                   "nodes": {k: vars(v) for k, v in current.nodes.items()},
+                   "transfers": current.transfers})
+        return
+    console = Console()
+    console.print(status_table(current))
+    progress = run.progress()
+    console.print(f"progress: {progress.done}/{progress.total} nodes")
+    if current.error:
+        console.print(f"[red]node '{current.error.get('node_id')}' on worker "
+                      f"'{current.error.get('worker_id')}' failed: {current.error.get('message')}[/red]")
+
+
+@main.command("cancel")
+@click.argument("run_id")
+@friendly_errors
+def cancel(run_id: str) -> None:
+    """Cancel a run: nothing new starts, running nodes are revoked."""
+    run = PlanRun.attach(run_id, Settings.from_env())
+    if run.cancel():
+        click.echo(f"run {run_id} cancelled")
+    else:
+        click.echo(f"run {run_id} had already ended ({run.status().state}); nothing to cancel")
+
+
+@main.command("run")
+@plan_argument
+@input_option
+@params_option
+@ops_option
+@nodes_option
+@click.option("--json", "as_json", is_flag=True, help="Print only the output, as JSON.")
+@friendly_errors
+def run(plan_file: str, input_file: str | None, params_file: str | None, ops_file: str | None,
+        nodes: tuple[str, ...], as_json: bool) -> None:
+    """Run PLAN.json here, in this process (no Redis, no workers): to try a plan."""
+    import_node_modules(split_modules(nodes))
+    result = run_local(
+        load_json_file(plan_file, "plan"),
+        input=_optional_json(input_file, "input"),
+        params=_optional_json(params_file, "params"),
+        ops=_optional_json(ops_file, "ops"),
+    )
+    if result.status != "done":
+        error = result.error or {}
+        raise click.ClickException(
+            f"node '{error.get('node_id')}' failed: {error.get('type')}: {error.get('message')}"
+        )
+    if as_json:
+        _json_out(result.output)
+    else:
+        Console().print_json(json.dumps(result.output, default=str))
