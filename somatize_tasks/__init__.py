@@ -9,12 +9,36 @@ from somatize_tasks.catalog import Catalog, call_node, default_catalog, load_cat
 from somatize_tasks.celery_app import create_app, settings_of
 from somatize_tasks.keys import RedisKeys, queue_name
 from somatize_tasks.registry import Registry, live_workers
+from somatize_tasks.runtime.handle import (
+    NodeFailedError,
+    PlanRun,
+    Progress,
+    RunCancelledError,
+    RunError,
+    RunStateLostError,
+    RunStatus,
+    RunTimeoutError,
+)
+from somatize_tasks.runtime.local import run_local
+from somatize_tasks.runtime.signals import Handoff
+from somatize_tasks.runtime.submit import NoWorkersError, StudyRun, submit_plan, submit_study
 from somatize_tasks.settings import Settings
 
 app = create_app()
 
 __all__ = [
     "Catalog",
+    "Handoff",
+    "NoWorkersError",
+    "NodeFailedError",
+    "PlanRun",
+    "Progress",
+    "RunCancelledError",
+    "RunError",
+    "RunStateLostError",
+    "RunStatus",
+    "RunTimeoutError",
+    "StudyRun",
     "RedisKeys",
     "Registry",
     "Settings",
@@ -26,5 +50,8 @@ __all__ = [
     "load_catalog_modules",
     "node",
     "queue_name",
+    "run_local",
     "settings_of",
+    "submit_plan",
+    "submit_study",
 ]
