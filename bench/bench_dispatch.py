@@ -1,0 +1,106 @@
+"""Dispatch overhead: submit_plan against hand-written Celery canvases, in one run.
+
+Starts two real workers (prefork, concurrency 2) on one Redis, then times,
+each as the median of several repetitions:
+
+- a 200-node chain (a Sequence of no-op nodes) through ``submit_plan``,
+  against a 200-link ``celery.chain`` of a no-op task on one worker's queue;
+- a 200-branch fork-join (source, Parallel of 200 no-ops, sink) through
+  ``submit_plan``, against a ``chord`` of 200 no-ops and a callback.
+
+Prints both wall times and the ratio (goal: at most 1.5 for the chain and
+1.2 for the fork-join). Usage: ``python -m bench.bench_dispatch [--size 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from celery import chain, chord
+
+from somatize_tasks import create_app, submit_plan
+from somatize_tasks.keys import queue_name
+from somatize_tasks.settings import Settings
+from tests.conftest import WorkerFactory, free_port, start_redis_server, _answers
+
+
+def chain_plan(size: int) -> dict[str, object]:
+    return {"Sequence": [{"Execute": {"node_id": f"noop_{i + 2}"}} for i in range(size)]}
+
+
+def fork_join_plan(size: int) -> dict[str, object]:
+    branches = [{"Execute": {"node_id": f"noop_{i + 3}"}} for i in range(size)]
+    return {"Sequence": [{"Execute": {"node_id": "noop"}}, {"Parallel": branches},
+                         {"Execute": {"node_id": "noop_2"}}]}
+
+
+def median_s(action: Callable[[], object], repeats: int) -> float:
+    action()  # warm up: connections, program caches, pool processes
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    redis_proc = None
+    redis_url = "redis://127.0.0.1:6379/0"
+    if not _answers(redis_url):
+        redis_proc, port = start_redis_server()
+        redis_url = f"redis://127.0.0.1:{port}/0"
+    root = Path(tempfile.mkdtemp(prefix="bench-dispatch-"))
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = Settings(redis_url=redis_url, key_prefix=prefix, store_kind="local",
+                        store_dir=root / "store", cache_dir=root / "cache",
+                        heartbeat_interval_s=0.5, worker_id=f"{prefix}-producer")
+    factory = WorkerFactory(settings, root)
+    try:
+        first = factory.start("a", tags="cpu", nodes="bench.dispatch_nodes")
+        factory.start("b", tags="cpu", nodes="bench.dispatch_nodes")
+        app = create_app(settings)
+        size = args.size
+        noop = app.signature("bench.noop", queue=queue_name(first.worker_id))
+
+        def ours(plan: dict[str, object]) -> Callable[[], object]:
+            return lambda: submit_plan(plan, settings=settings, require_workers=True).wait(timeout=600)
+
+        def celery_chain() -> object:
+            return chain(*[noop.clone() for _ in range(size)]).apply_async().get(timeout=600)
+
+        def celery_chord() -> object:
+            header = [noop.clone() for _ in range(size)]
+            callback = app.signature("bench.collect", queue=queue_name(first.worker_id))
+            return chord(header)(callback).get(timeout=600)
+
+        rows = [
+            (f"{size}-node chain", median_s(ours(chain_plan(size)), args.repeats),
+             median_s(celery_chain, args.repeats), 1.5),
+            (f"{size}-branch fork-join", median_s(ours(fork_join_plan(size)), args.repeats),
+             median_s(celery_chord, args.repeats), 1.2),
+        ]
+        print(f"median of {args.repeats} runs each, 2 workers (prefork, concurrency 2), one Redis")
+        print(f"{'workload':24} {'submit_plan':>12} {'plain celery':>13} {'ratio':>7} {'goal':>6}")
+        for name, mine, theirs, goal in rows:
+            verdict = "ok" if mine / theirs <= goal else "over"
+            print(f"{name:24} {mine:11.3f}s {theirs:12.3f}s {mine / theirs:7.2f} {goal:5.1f}  {verdict}")
+    finally:
+        factory.close()
+        if redis_proc is not None:
+            redis_proc.kill()
+
+
+if __name__ == "__main__":
+    main()
