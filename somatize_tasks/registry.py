@@ -12,12 +12,12 @@ Script keys (see :mod:`somatize_tasks.keys`):
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from redis import Redis
 
 from scheduler import WorkerInfo
@@ -39,7 +39,9 @@ if #old > 0 then redis.call('ZREM', KEYS[1], unpack(old)) end
 return now
 """
 
-# ARGV: ttl ms, mode ('live' or 'dead'). Returns {now_ms, {id, seen_ms, info}...}.
+# ARGV: ttl ms, mode ('live' or 'dead'). Returns one JSON text,
+# {"now": ms, "workers": [{"seen": ms, "info": <WorkerInfo JSON>}, ...]}, assembled
+# from the stored JSON without re-encoding, so the client parses it in one call.
 _READ = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,19 +52,20 @@ if ARGV[2] == 'live' then
 else
   seen = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. cutoff, 'WITHSCORES')
 end
-local out = {tostring(now)}
+local parts = {}
 local batch = 500
 for start = 1, #seen, 2 * batch do
   local ids = {}
   for i = start, math.min(start + 2 * batch - 1, #seen), 2 do ids[#ids + 1] = seen[i] end
   local infos = redis.call('HMGET', KEYS[2], unpack(ids))
   for j = 1, #ids do
-    out[#out + 1] = ids[j]
-    out[#out + 1] = seen[start + 2 * (j - 1) + 1]
-    out[#out + 1] = infos[j] or ''
+    if infos[j] then
+      local score = seen[start + 2 * (j - 1) + 1]
+      parts[#parts + 1] = '{"seen":' .. score .. ',"info":' .. infos[j] .. '}'
+    end
   end
 end
-return out
+return '{"now":' .. now .. ',"workers":[' .. table.concat(parts, ',') .. ']}'
 """
 
 _DEREGISTER = """
@@ -73,11 +76,25 @@ return redis.call('HDEL', KEYS[2], ARGV[1])
 
 @dataclass(frozen=True)
 class SeenWorker:
-    """A worker as the registry last heard from it."""
+    """A worker as the registry last heard from it (times by Redis' clock)."""
 
     info: WorkerInfo
-    last_seen: datetime
+    seen_ms: int
     age_s: float
+
+    @property
+    def last_seen(self) -> datetime:
+        return datetime.fromtimestamp(self.seen_ms / 1000, tz=UTC)
+
+
+class _Entry(BaseModel):
+    seen: float
+    info: WorkerInfo
+
+
+class _Reply(BaseModel):
+    now: int
+    workers: list[_Entry]
 
 
 class Registry:
@@ -119,25 +136,28 @@ class Registry:
         return self._fetch("dead")
 
     def _fetch(self, mode: str) -> list[SeenWorker]:
-        reply: list[Any] = self._read(keys=self._script_keys, args=[self.ttl_ms, mode])
-        now_ms = int(reply[0])
+        raw = self._read(keys=self._script_keys, args=[self.ttl_ms, mode])
+        try:
+            reply = _Reply.model_validate_json(raw)
+        except ValidationError:
+            return self._fetch_leniently(raw)
+        found = [SeenWorker(entry.info, int(entry.seen), max(0.0, (reply.now - entry.seen) / 1000))
+                 for entry in reply.workers]
+        found.sort(key=lambda worker: worker.info.id)
+        return found
+
+    def _fetch_leniently(self, raw: bytes) -> list[SeenWorker]:
+        """One unreadable entry (a worker of another version) must not hide the rest."""
+        document = json.loads(raw)
         found: list[SeenWorker] = []
-        for index in range(1, len(reply), 3):
-            raw = reply[index + 2]
-            if not raw:
-                continue
-            seen_ms = int(float(reply[index + 1]))
+        for entry in document["workers"]:
             try:
-                info = WorkerInfo.model_validate_json(raw)
+                info = WorkerInfo.model_validate(entry["info"])
             except ValidationError as exc:
-                # One bad entry (an incompatible worker version) must not hide the rest.
-                log.warning("ignoring unreadable heartbeat of %r: %s", reply[index], exc)
+                log.warning("ignoring unreadable heartbeat %r: %s", entry["info"], exc)
                 continue
-            found.append(SeenWorker(
-                info=info,
-                last_seen=datetime.fromtimestamp(seen_ms / 1000, tz=UTC),
-                age_s=max(0.0, (now_ms - seen_ms) / 1000),
-            ))
+            seen = int(entry["seen"])
+            found.append(SeenWorker(info, seen, max(0.0, (document["now"] - seen) / 1000)))
         found.sort(key=lambda worker: worker.info.id)
         return found
 
