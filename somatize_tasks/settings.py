@@ -89,9 +89,10 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: SecretStr | None = None
-    s3_multipart_threshold_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 64 * 1024 * 1024
-    s3_multipart_chunk_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 32 * 1024 * 1024
-    s3_max_concurrency: Annotated[int, Field(ge=1)] = 8
+    s3_multipart_threshold_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 8 * 1024 * 1024
+    s3_multipart_chunk_bytes: Annotated[int, Field(ge=5 * 1024 * 1024)] = 8 * 1024 * 1024
+    s3_download_chunk_bytes: Annotated[int, Field(ge=1024 * 1024)] = 32 * 1024 * 1024
+    s3_max_concurrency: Annotated[int, Field(ge=1)] = 10
     transfer_max_retries: Annotated[int, Field(ge=0)] = 5
     transfer_retry_backoff_max_s: Annotated[float, Field(gt=0)] = 30.0
 

@@ -105,9 +105,17 @@ class S3Store:
                 max_pool_connections=max(10, settings.s3_max_concurrency * 2),
             ),
         )
-        self.transfer = TransferConfig(
+        # Uploads in parts of s3_multipart_chunk_bytes; downloads in fewer, larger
+        # ranged GETs (s3_download_chunk_bytes). bench/bench_transfer.py compares both
+        # with bare boto3 on the same bytes.
+        self.upload_config = TransferConfig(
             multipart_threshold=settings.s3_multipart_threshold_bytes,
             multipart_chunksize=settings.s3_multipart_chunk_bytes,
+            max_concurrency=settings.s3_max_concurrency,
+        )
+        self.download_config = TransferConfig(
+            multipart_threshold=settings.s3_multipart_threshold_bytes,
+            multipart_chunksize=settings.s3_download_chunk_bytes,
             max_concurrency=settings.s3_max_concurrency,
         )
 
@@ -145,7 +153,7 @@ class S3Store:
     def upload(self, source: Path, key: str) -> None:
         with self._errors("uploading", key):
             self.client.upload_file(str(source), self.bucket, self.object_key(key),
-                                    Config=self.transfer)
+                                    Config=self.upload_config)
 
     def download(self, key: str, dest: LocalDir, size: int) -> None:
         final = dest.path_for(key)
@@ -155,7 +163,7 @@ class S3Store:
             with self._errors("downloading", key):
                 try:
                     self.client.download_file(self.bucket, self.object_key(key), str(temp),
-                                              Config=self.transfer)
+                                              Config=self.upload_config)
                 except ClientError as exc:
                     if _not_found(exc):
                         raise ArtifactMissingError(
