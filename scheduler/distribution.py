@@ -7,7 +7,8 @@ snake_case: ``"sequential"``, ``"parallel"`` or
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
@@ -64,6 +65,35 @@ PARALLEL = Phase(kind="parallel")
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def trusted(cls: type[_M], rows: Iterable[dict[str, Any]]) -> list[_M]:
+    """Instances of ``cls`` holding each of ``rows`` as given: no validation, no defaults.
+
+    What ``model_construct`` does, at a third of its cost (it matters at one
+    instance per assignment and per transfer). Only for data the scheduler
+    built itself: each row must name every field, with a value of the right
+    type, and becomes its instance's ``__dict__``. The instances behave like
+    any other (dump, compare, copy); ``cls`` must have no private attributes.
+    """
+    new = object.__new__
+    set_attr = object.__setattr__
+    # Every field is set, so pydantic never adds to this set (assignment adds
+    # a name already there), and the instances can share it.
+    fields_set = set(cls.model_fields)
+    out: list[_M] = []
+    append = out.append
+    for row in rows:
+        obj = new(cls)
+        set_attr(obj, "__dict__", row)
+        set_attr(obj, "__pydantic_fields_set__", fields_set)
+        set_attr(obj, "__pydantic_extra__", None)
+        set_attr(obj, "__pydantic_private__", None)
+        append(obj)
+    return out
 
 
 class Assignment(_Model):

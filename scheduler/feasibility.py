@@ -45,6 +45,10 @@ class Feasibility:
             return self._by_tag.get(target.tag, [])
         return self._pinned.get(target.worker_id or "", [])
 
+    def worker(self, worker_id: str) -> WorkerInfo:
+        """The usable worker with this id."""
+        return self._by_id[worker_id]
+
     def satisfies(self, worker_id: str, target: RemoteTarget | None) -> bool:
         if target is None:
             return worker_id in self._by_id
@@ -54,11 +58,11 @@ class Feasibility:
         return worker_id == target.worker_id
 
     def rejection(self, node_id: str, target: RemoteTarget) -> PlacementError:
-        """The error for a target no usable worker satisfies, counting reasons."""
-        reasons: Counter[str] = Counter()
-        for worker in self.all_workers:
-            reasons[_why_rejected(worker, target)] += 1
-        return PlacementError(node_id, target.describe(), dict(reasons), len(self.all_workers))
+        """The error for a target no usable worker satisfies, counting reasons
+        (most common first, then by reason, whatever order the workers came in)."""
+        reasons = Counter(_why_rejected(worker, target) for worker in self.all_workers)
+        ordered = dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+        return PlacementError(node_id, target.describe(), ordered, len(self.all_workers))
 
 
 def _why_rejected(worker: WorkerInfo, target: RemoteTarget) -> str:

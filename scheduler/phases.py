@@ -3,8 +3,14 @@
 Nodes arrive in execution order. Outside any parallel, a sequential phase
 is a maximal run of nodes on one worker; a new worker starts a new phase.
 Everything inside an outermost ``Parallel`` forms one parallel phase, whose
-``worker_ids`` name one worker per branch. Each node lands in exactly one
-phase, and ``phase_index`` counts up in execution order.
+``worker_ids`` name one worker per branch. A study trial is one phase of its
+own, whatever it contains. Each node lands in exactly one phase, and
+``phase_index`` counts up in execution order.
+
+The walk appends to :attr:`PhaseBuilder.nodes` itself and calls
+:meth:`PhaseBuilder.switch_worker` only when a node's worker differs from
+:attr:`PhaseBuilder.worker_id`, which keeps the per-node cost to a
+comparison and an append.
 """
 
 from __future__ import annotations
@@ -28,62 +34,65 @@ class PhaseBuilder:
 
     def __init__(self) -> None:
         self.drafts: list[PhaseDraft] = []
-        self._current: PhaseDraft | None = None
+        #: The phase the next node runs in.
+        self.phase: Phase = SEQUENTIAL
+        #: The worker the open draft expects next; another worker calls switch_worker.
+        self.worker_id: str | None = None
+        #: The open draft's node list, appended to directly by the walk.
+        self.nodes: list[str] = []
+        self._draft: PhaseDraft | None = None
         self._parallel_depth = 0
-        self._trial: Phase | None = None
 
-    @property
-    def in_parallel(self) -> bool:
-        return self._parallel_depth > 0
-
-    def current_phase(self) -> Phase:
-        if self._trial is not None:
-            return self._trial
-        return PARALLEL if self._parallel_depth else SEQUENTIAL
-
-    def add(self, node_id: str, worker_id: str) -> None:
-        """Record the next node to run (in execution order)."""
-        current = self._current
-        if self._trial is not None or self._parallel_depth:
-            assert current is not None
-            current.node_ids.append(node_id)
-            if self._trial is not None and worker_id not in current.worker_ids:
-                current.worker_ids.append(worker_id)
-            return
-        if current is None or current.worker_ids[0] != worker_id:
-            current = self._open(SEQUENTIAL)
-            current.worker_ids.append(worker_id)
-        current.node_ids.append(node_id)
+    def switch_worker(self, worker_id: str) -> None:
+        """The next node runs on ``worker_id``, not on :attr:`worker_id`."""
+        if self.phase is SEQUENTIAL:
+            self._open(SEQUENTIAL).worker_ids.append(worker_id)
+        elif (
+            self._draft is not None
+            and self.phase.kind == "trial"
+            and worker_id not in self._draft.worker_ids
+        ):
+            self._draft.worker_ids.append(worker_id)
+        # A parallel phase names one worker per branch (see branch_worker).
+        self.worker_id = worker_id
 
     def enter_parallel(self) -> None:
-        if not self._parallel_depth and self._trial is None:
+        if not self._parallel_depth and self.phase is SEQUENTIAL:
             self._open(PARALLEL)
+            self.phase = PARALLEL
         self._parallel_depth += 1
 
     def branch_worker(self, worker_id: str) -> None:
-        """A branch of the outermost parallel went to ``worker_id``."""
-        if self._parallel_depth == 1 and self._trial is None and self._current is not None:
-            self._current.worker_ids.append(worker_id)
+        """A branch of a parallel went to ``worker_id``."""
+        if self._parallel_depth == 1 and self.phase is PARALLEL and self._draft is not None:
+            self._draft.worker_ids.append(worker_id)
+        self.worker_id = worker_id
 
     def leave_parallel(self) -> None:
         self._parallel_depth -= 1
-        if not self._parallel_depth and self._trial is None:
-            self._current = None
+        if not self._parallel_depth and self.phase is PARALLEL:
+            self._close()
 
     def start_trial(self, phase: Phase, worker_id: str) -> None:
-        """A study trial is one phase of its own, whatever it contains."""
         self._open(phase).worker_ids.append(worker_id)
-        self._trial = phase
+        self.phase = phase
+        self.worker_id = worker_id
 
     def end_trial(self) -> None:
-        self._trial = None
-        self._current = None
+        self._close()
 
     def _open(self, phase: Phase) -> PhaseDraft:
         draft = PhaseDraft(phase)
         self.drafts.append(draft)
-        self._current = draft
+        self._draft = draft
+        self.nodes = draft.node_ids
         return draft
+
+    def _close(self) -> None:
+        """Back to sequential: the next node opens a new phase."""
+        self.phase = SEQUENTIAL
+        self.worker_id = None
+        self._draft = None
 
     def finished(self) -> list[PhaseDraft]:
         """Non-empty phases in execution order."""

@@ -5,9 +5,10 @@ variant is placed by its own small method:
 
 - A Sequence's steps share its lane's worker (rule 1: no data moves inside).
 - A Parallel gives each branch a worker of its own choosing (rule 2):
-  filter by the branch's requirement (a ``Remote`` target), then rank by
-  spread, free slots, capability and id (:mod:`scheduler.scoring`). Each
-  branch holds a slot until the parallel ends.
+  filter by the branch's requirement (its own ``Remote`` target, else the
+  one of the ``Remote`` around the Parallel), then rank by spread, free
+  slots, capability and id (:mod:`scheduler.scoring`). Each branch holds a
+  slot until the parallel ends.
 - A differentiable branch or Remote whose input comes from a differentiable
   node is kept on that node's worker (rule 3), unless its target forbids it.
 - A Loop's body, a Branch's arms and a Step's handoffs run on their
@@ -15,24 +16,40 @@ variant is placed by its own small method:
   Parallels and Remotes nested anywhere are placed on their own.
 - ``Remote`` targets are hard: a ``Tag`` lands on a worker with the tag, a
   ``WorkerId`` on that worker, or :class:`PlacementError` says why not.
+  Everything inside a Remote honours its target, nested Parallels included.
 - Study trials go round-robin across the workers with capacity (rule 4).
 
 Data edges follow DESIGN.md's runtime semantics: a Sequence feeds each step
-into the next; every branch of a Parallel, every arm of a Branch and a
-Loop's first pass read the input of their parent; what follows a Parallel
-or Branch reads every branch's (arm's) terminal node; a Step feeds its
-handoffs; a Loop's later passes read ``carry_from`` (or the body's
-terminal). Every edge whose ends are on different workers is one
+into the next; every branch of a Parallel, every arm of a Branch (and the
+Branch's own node) and a Loop's first pass read the input of their parent;
+what follows a Parallel or Branch reads every branch's (arm's) terminal
+node; a Step feeds its handoffs; Empty passes its input through; a Loop's
+later passes read ``carry_from`` (or the body's terminal nodes) wherever
+the first pass read the Loop's input, and what follows the Loop reads the
+same. Every edge whose ends are on different workers is one
 ``DataTransfer``.
+
+Speed: the walk keeps plain dicts, lists and tuples and builds the pydantic
+output once at the end (:func:`scheduler.distribution.trusted`); reasons
+are one string per lane, not per node; the garbage collector is paused
+during the walk, which allocates many small objects and frees none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import gc
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from scheduler.distribution import Assignment, DataTransfer, DistributionPlan, Phase, PlanPhase
+from scheduler.distribution import (
+    Assignment,
+    DataTransfer,
+    DistributionPlan,
+    Phase,
+    PlanPhase,
+    trusted,
+)
 from scheduler.errors import PlacementError
 from scheduler.feasibility import Feasibility
 from scheduler.phases import PhaseBuilder
@@ -58,18 +75,35 @@ from scheduler.workers import WorkerInfo
 NO_WORKERS = "No workers available — will execute locally"
 ALL_FULL = "All workers are at capacity — will execute locally"
 
+Ids = tuple[str, ...]
 
-@dataclass(frozen=True, slots=True)
+
 class Lane:
     """Where the nodes being placed run unless a rule says otherwise, and why.
 
+    ``target``: the requirement of the ``Remote`` the lane is inside (None:
+    any worker), which parallels nested in it must honour too.
     ``holds_slot``: the lane is a parallel branch holding one slot on its
     worker, which it lends out while a nested parallel or remote runs.
     """
 
-    worker_id: str
-    reason: str
-    holds_slot: bool = False
+    __slots__ = ("holds_slot", "reason", "target", "worker_id")
+
+    def __init__(
+        self,
+        worker_id: str,
+        reason: str,
+        target: RemoteTarget | None = None,
+        holds_slot: bool = False,
+    ) -> None:
+        self.worker_id = worker_id
+        self.reason = reason
+        self.target = target
+        self.holds_slot = holds_slot
+
+    def inner(self, reason: str) -> Lane:
+        """The same worker, target and slot, for a controller's children."""
+        return Lane(self.worker_id, reason, self.target, self.holds_slot)
 
 
 def schedule(
@@ -95,13 +129,14 @@ def schedule(
     first = least_loaded(walk.feasibility.usable, walk.ledger, wants_gpu=False)
     lane = Lane(first.id, f"least loaded worker ({first.available_slots} free slots)")
     try:
-        walk.place(root, [], lane)
+        with _gc_paused():
+            walk.place(root, (), lane)
+            walk.flush_transfers()
+            return walk.result()
     except PlacementError as exc:
         if not allow_local_fallback:
             raise
         return _local_plan(f"{exc} Falling back to local execution.")
-    walk.flush_transfers()
-    return walk.result()
 
 
 def schedule_study(
@@ -125,14 +160,29 @@ def schedule_study(
         return early
     walk = _Walk(Feasibility(worker_list), frozenset(differentiable_nodes), keep_on_lane=True)
     usable = walk.feasibility.usable
-    for index in range(trials):
-        worker = usable[index % len(usable)]
-        walk.phases.start_trial(Phase.trial(index, trials), worker.id)
-        lane = Lane(worker.id, f"trial {index} of {trials}, round-robin")
-        walk.place(root, [], lane)
-        walk.phases.end_trial()
-        walk.flush_transfers()
-    return walk.result()
+    with _gc_paused():
+        for index in range(trials):
+            worker = usable[index % len(usable)]
+            walk.phases.start_trial(Phase.trial(index, trials), worker.id)
+            reason = f"trial {index} of {trials}, round-robin over {len(usable)} workers"
+            walk.place(root, (), Lane(worker.id, reason))
+            walk.phases.end_trial()
+            walk.flush_transfers()
+        return walk.result()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the walk builds many small objects
+    and no cycles, and collections triggered by the allocations cost more
+    than the walk itself on large plans."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _root_of(plan: Any) -> PlanNode:
@@ -153,35 +203,15 @@ def _local_plan(warning: str) -> DistributionPlan:
     return DistributionPlan(assignments=[], phases=[], data_transfers=[], warnings=[warning])
 
 
-def _unique(ids: list[str]) -> list[str]:
-    return list(dict.fromkeys(ids)) if len(ids) > 1 else ids
+def _unique(ids: list[str]) -> Ids:
+    return tuple(dict.fromkeys(ids))
 
 
-def entry_ids(node: PlanNode) -> list[str]:
-    """The nodes that read a sub-plan's input (its first nodes)."""
-    if isinstance(node, Execute | Step):
-        return [node.node_id]
-    if isinstance(node, Composite | Stream):
-        return [node.node_ids_[0]]
-    if isinstance(node, Branch):
-        return [node.node_id, *(i for _, arm in node.arms for i in entry_ids(arm))]
-    if isinstance(node, Sequence):
-        for step in node.steps:
-            found = entry_ids(step)
-            if found:
-                return found
-        return []
-    if isinstance(node, Parallel):
-        return [i for b in node.branches for i in entry_ids(b)]
-    if isinstance(node, Loop):
-        return entry_ids(node.body)
-    if isinstance(node, Remote):
-        return entry_ids(node.plan)
-    return []
+Handler = Callable[[Any, Ids, Lane], Ids]
 
 
 class _Walk:
-    """State of one placement walk: slots, placements, phases, edges."""
+    """State of one placement walk: slots, placements, phases, transfers."""
 
     def __init__(
         self, feasibility: Feasibility, differentiable: frozenset[str], keep_on_lane: bool = False
@@ -192,12 +222,17 @@ class _Walk:
         self.differentiable = differentiable
         self.keep_on_lane = keep_on_lane
         self.phases = PhaseBuilder()
-        self.placed: dict[str, str] = {}
+        self.worker_of: dict[str, str] = {}
         self.rows: list[tuple[str, str, Phase, str]] = []
-        self.edges: list[tuple[str, str]] = []
+        #: Cross-worker edges not yet turned into transfers, as
+        #: (from_node, to_node, from_worker, to_worker). Each node is linked to
+        #: its inputs once, so only a Loop's back edges can repeat one.
+        self.pending: list[tuple[str, str, str, str]] = []
+        self._repeats_possible = False
         self.transfers: list[DataTransfer] = []
         self.warnings: list[str] = []
-        self._handlers: dict[type, Callable[[Any, list[str], Lane], list[str]]] = {
+        self._fronts: dict[int, tuple[Ids, bool]] = {}
+        self._handlers: dict[type, Handler] = {
             Execute: self._execute,
             Sequence: self._sequence,
             Parallel: self._parallel,
@@ -212,105 +247,120 @@ class _Walk:
 
     # --- bookkeeping -----------------------------------------------------------------
 
-    def assign(self, node_id: str, worker_id: str, reason: str) -> None:
-        self.placed[node_id] = worker_id
-        self.rows.append((node_id, worker_id, self.phases.current_phase(), reason))
-        self.phases.add(node_id, worker_id)
+    def put(self, node_id: str, worker_id: str, reason: str) -> None:
+        """Record that ``node_id`` runs on ``worker_id``, next in execution order."""
+        self.worker_of[node_id] = worker_id
+        phases = self.phases
+        if worker_id != phases.worker_id:
+            phases.switch_worker(worker_id)
+        phases.nodes.append(node_id)
+        self.rows.append((node_id, worker_id, phases.phase, reason))
 
-    def link(self, sources: list[str], target: str) -> None:
-        self.edges.extend((source, target) for source in sources)
+    def link(self, sources: Ids, target: str, to_worker: str) -> None:
+        """Data flows from each of ``sources`` to ``target`` (on ``to_worker``)."""
+        worker_of = self.worker_of
+        for source in sources:
+            from_worker = worker_of[source]
+            if from_worker != to_worker:
+                self.pending.append((source, target, from_worker, to_worker))
 
-    def place(self, node: PlanNode, inputs: list[str], lane: Lane) -> list[str]:
+    def place(self, node: PlanNode, inputs: Ids, lane: Lane) -> Ids:
         """Place ``node`` reading from ``inputs``; return the nodes its output comes from."""
         return self._handlers[type(node)](node, inputs, lane)
 
     # --- variants --------------------------------------------------------------------
 
-    def _execute(self, node: Execute, inputs: list[str], lane: Lane) -> list[str]:
-        self.assign(node.node_id, lane.worker_id, lane.reason)
-        self.link(inputs, node.node_id)
-        return [node.node_id]
+    def _execute(self, node: Execute, inputs: Ids, lane: Lane) -> Ids:
+        node_id = node.node_id
+        self.put(node_id, lane.worker_id, lane.reason)
+        if inputs:
+            self.link(inputs, node_id, lane.worker_id)
+        return (node_id,)
 
-    def _fused(self, node: Composite | Stream, inputs: list[str], lane: Lane) -> list[str]:
+    def _fused(self, node: Composite | Stream, inputs: Ids, lane: Lane) -> Ids:
         kind = "composite" if isinstance(node, Composite) else "stream"
         reason = f"{kind} block — one worker, one task ({lane.reason})"
         for node_id in node.node_ids_:
-            self.assign(node_id, lane.worker_id, reason)
-        self.link(inputs, node.node_ids_[0])
-        return [node.node_ids_[-1]]
+            self.put(node_id, lane.worker_id, reason)
+        self.link(inputs, node.node_ids_[0], lane.worker_id)
+        return (node.node_ids_[-1],)
 
-    def _empty(self, node: Empty, inputs: list[str], lane: Lane) -> list[str]:
+    def _empty(self, node: Empty, inputs: Ids, lane: Lane) -> Ids:
         return inputs
 
-    def _sequence(self, node: Sequence, inputs: list[str], lane: Lane) -> list[str]:
+    def _sequence(self, node: Sequence, inputs: Ids, lane: Lane) -> Ids:
+        handlers = self._handlers
         current = inputs
         for step in node.steps:
-            current = self.place(step, current, lane)
+            current = handlers[type(step)](step, current, lane)
         return current
 
-    def _step(self, node: Step, inputs: list[str], lane: Lane) -> list[str]:
-        self.assign(node.node_id, lane.worker_id, lane.reason)
-        self.link(inputs, node.node_id)
+    def _step(self, node: Step, inputs: Ids, lane: Lane) -> Ids:
+        self.put(node.node_id, lane.worker_id, lane.reason)
+        self.link(inputs, node.node_id, lane.worker_id)
+        if not node.handoffs:
+            return (node.node_id,)
         outputs = [node.node_id]
-        if node.handoffs:
-            handoff_lane = Lane(
-                lane.worker_id, f"handoff of step '{node.node_id}', on its worker", lane.holds_slot
-            )
-            for _, plan in node.handoffs:
-                outputs.extend(self.place(plan, [node.node_id], handoff_lane))
+        handoff_lane = lane.inner(f"handoff of step '{node.node_id}', on its worker")
+        for _, plan in node.handoffs:
+            outputs.extend(self.place(plan, (node.node_id,), handoff_lane))
         return _unique(outputs)
 
-    def _loop(self, node: Loop, inputs: list[str], lane: Lane) -> list[str]:
-        self.assign(node.node_id, lane.worker_id, "loop controller")
-        body_lane = Lane(
-            lane.worker_id, f"body of loop '{node.node_id}', on its controller's worker",
-            lane.holds_slot,
-        )  # fmt: skip
+    def _loop(self, node: Loop, inputs: Ids, lane: Lane) -> Ids:
+        self.put(node.node_id, lane.worker_id, "loop controller")
+        body_lane = lane.inner(f"body of loop '{node.node_id}', on its controller's worker")
         terminals = self.place(node.body, inputs, body_lane)
-        carried = [node.carry_from] if node.carry_from is not None else terminals
-        for entry in entry_ids(node.body):
-            self.link([c for c in carried if c != entry], entry)
+        carried = (node.carry_from,) if node.carry_from is not None else terminals
+        worker_of = self.worker_of
+        self._repeats_possible = True
+        for entry in self.front(node.body)[0]:
+            self.link(tuple(c for c in carried if c != entry), entry, worker_of[entry])
         return carried
 
-    def _branch(self, node: Branch, inputs: list[str], lane: Lane) -> list[str]:
-        self.assign(node.node_id, lane.worker_id, "branch condition")
-        self.link(inputs, node.node_id)
-        arm_lane = Lane(
-            lane.worker_id, f"arm of branch '{node.node_id}', on its controller's worker",
-            lane.holds_slot,
-        )  # fmt: skip
+    def _branch(self, node: Branch, inputs: Ids, lane: Lane) -> Ids:
+        self.put(node.node_id, lane.worker_id, "branch condition")
+        self.link(inputs, node.node_id, lane.worker_id)
+        arm_lane = lane.inner(f"arm of branch '{node.node_id}', on its controller's worker")
         outputs: list[str] = []
         for _, arm in node.arms:
             outputs.extend(self.place(arm, inputs, arm_lane))
         return _unique(outputs)
 
-    def _remote(self, node: Remote, inputs: list[str], lane: Lane) -> list[str]:
+    def _remote(self, node: Remote, inputs: Ids, lane: Lane) -> Ids:
         worker_id, reason = self._choose_remote(node, inputs, lane)
-        if worker_id == lane.worker_id:
-            return self.place(node.plan, inputs, Lane(worker_id, reason, lane.holds_slot))
-        if lane.holds_slot:
-            self.ledger.give_back(lane.worker_id)
-            self.ledger.take(worker_id)
-        outputs = self.place(node.plan, inputs, Lane(worker_id, reason, lane.holds_slot))
-        if lane.holds_slot:
-            self.ledger.give_back(worker_id)
-            self.ledger.take(lane.worker_id)
+        inner = Lane(worker_id, reason, node.target, lane.holds_slot)
+        if worker_id == lane.worker_id or not lane.holds_slot:
+            return self.place(node.plan, inputs, inner)
+        # The branch's slot moves to the remote's worker while the remote runs.
+        self.ledger.give_back(lane.worker_id)
+        self.ledger.take(worker_id)
+        outputs = self.place(node.plan, inputs, inner)
+        self.ledger.give_back(worker_id)
+        self.ledger.take(lane.worker_id)
         return outputs
 
-    def _parallel(self, node: Parallel, inputs: list[str], lane: Lane) -> list[str]:
+    def _parallel(self, node: Parallel, inputs: Ids, lane: Lane) -> Ids:
         if not node.branches:
             return inputs
-        self.phases.enter_parallel()
+        phases = self.phases
+        phases.enter_parallel()
         if lane.holds_slot:
             self.ledger.give_back(lane.worker_id)
         picker = BranchPicker(self.ledger)
+        handlers = self._handlers
+        lanes: dict[tuple[str, int, int], Lane] = {}
         outputs: list[str] = []
         for branch in node.branches:
-            target = branch.target if isinstance(branch, Remote) else None
-            inner = branch.plan if isinstance(branch, Remote) else branch
-            worker_id, reason = self._choose_branch(branch, target, inputs, lane, picker)
-            self.phases.branch_worker(worker_id)
-            outputs.extend(self.place(inner, inputs, Lane(worker_id, reason, holds_slot=True)))
+            if isinstance(branch, Remote):
+                target: RemoteTarget | None = branch.target
+                inner: PlanNode = branch.plan
+            else:
+                target, inner = lane.target, branch
+            branch_lane = self._branch_lane(
+                branch, target, inputs, lane, picker=picker, lanes=lanes
+            )
+            phases.branch_worker(branch_lane.worker_id)
+            outputs.extend(handlers[type(inner)](inner, inputs, branch_lane))
         if picker.overflowed:
             self.warnings.append(
                 f"{len(node.branches)} parallel branches (first node "
@@ -320,30 +370,42 @@ class _Walk:
         picker.release_all()
         if lane.holds_slot:
             self.ledger.take(lane.worker_id)
-        self.phases.leave_parallel()
+        phases.leave_parallel()
         return _unique(outputs)
 
     # --- choosing a worker for a new lane -------------------------------------------
 
-    def _choose_branch(
+    def _branch_lane(
         self,
         branch: PlanNode,
         target: RemoteTarget | None,
-        inputs: list[str],
+        inputs: Ids,
         lane: Lane,
+        *,
         picker: BranchPicker,
-    ) -> tuple[str, str]:
-        group = self._group(branch, target)
-        pinned = self._rule_pinned(branch, target, inputs, lane)
-        if pinned is not None:
-            worker_id, reason = pinned
-            picker.hold(self._worker(worker_id))
-            return worker_id, reason
-        worker = picker.pick(group, wants_gpu=_wants_gpu(target))
-        free_before = self.ledger.free[worker.id] + 1
-        return worker.id, _choice_reason(target, group, free_before, "parallel branch")
+        lanes: dict[tuple[str, int, int], Lane],
+    ) -> Lane:
+        """The lane of the next branch of a parallel: its worker takes one slot.
 
-    def _choose_remote(self, node: Remote, inputs: list[str], lane: Lane) -> tuple[str, str]:
+        Branches that land on the same worker for the same reason share one
+        Lane (``lanes`` lives as long as the parallel)."""
+        group = self._group(branch, target)
+        if self.differentiable or self.keep_on_lane:
+            pinned = self._rule_pinned(branch, target, inputs, lane)
+            if pinned is not None:
+                worker_id, reason = pinned
+                took_slot = picker.hold(self.feasibility.worker(worker_id))
+                return Lane(worker_id, reason, target, holds_slot=took_slot)
+        worker, free = picker.pick(group, wants_gpu=_wants_gpu(target))
+        key = (worker.id, free, id(group))
+        found = lanes.get(key)
+        if found is None:
+            reason = _choice_reason(target, group, free, "parallel branch")
+            # An overflowing branch (nothing free) holds no slot, so lends none.
+            found = lanes[key] = Lane(worker.id, reason, target, holds_slot=free > 0)
+        return found
+
+    def _choose_remote(self, node: Remote, inputs: Ids, lane: Lane) -> tuple[str, str]:
         group = self._group(node, node.target)
         pinned = self._rule_pinned(node.plan, node.target, inputs, lane)
         if pinned is not None:
@@ -359,10 +421,10 @@ class _Walk:
         return group
 
     def _rule_pinned(
-        self, node: PlanNode, target: RemoteTarget | None, inputs: list[str], lane: Lane
+        self, node: PlanNode, target: RemoteTarget | None, inputs: Ids, lane: Lane
     ) -> tuple[str, str] | None:
         """A worker fixed by rule 3 (differentiable) or by a study trial, if any."""
-        anchor = self._differentiable_anchor(node, inputs)
+        anchor = self._differentiable_anchor(node, inputs) if self.differentiable else None
         if anchor is not None:
             source, worker_id = anchor
             if self.feasibility.satisfies(worker_id, target):
@@ -376,64 +438,105 @@ class _Walk:
             return lane.worker_id, lane.reason
         return None
 
-    def _differentiable_anchor(self, node: PlanNode, inputs: list[str]) -> tuple[str, str] | None:
-        if not self.differentiable:
-            return None
+    def _differentiable_anchor(self, node: PlanNode, inputs: Ids) -> tuple[str, str] | None:
         diff = self.differentiable
         source = next((i for i in inputs if i in diff), None)
-        if source is None or not any(e in diff for e in entry_ids(node)):
+        if source is None or not any(e in diff for e in self.front(node)[0]):
             return None
-        return source, self.placed[source]
+        return source, self.worker_of[source]
 
-    def _worker(self, worker_id: str) -> WorkerInfo:
-        return next(w for w in self.feasibility.usable if w.id == worker_id)
+    def front(self, node: PlanNode) -> tuple[Ids, bool]:
+        """The nodes that read ``node``'s input, and whether its input also
+        passes through to its output (memoised: a Loop asks once per body)."""
+        key = id(node)
+        found = self._fronts.get(key)
+        if found is None:
+            found = self._fronts[key] = _front(node, self.front)
+        return found
 
     # --- output ----------------------------------------------------------------------
 
     def flush_transfers(self) -> None:
-        """Turn the edges seen so far into transfers (one per cross-worker edge)."""
-        placed = self.placed
-        seen: set[tuple[str, str]] = set()
-        for source, target in self.edges:
-            from_worker, to_worker = placed[source], placed[target]
-            if from_worker != to_worker and (source, target) not in seen:
-                seen.add((source, target))
-                self.transfers.append(
-                    DataTransfer.model_construct(
-                        from_node=source,
-                        to_node=target,
-                        from_worker=from_worker,
-                        to_worker=to_worker,
-                        transfer_type="s3",
-                    )  # fmt: skip
-                )
-        self.edges.clear()
+        """Turn the cross-worker edges seen so far into transfers (once each)."""
+        edges = dict.fromkeys(self.pending) if self._repeats_possible else self.pending
+        rows = (
+            {
+                "from_node": from_node,
+                "to_node": to_node,
+                "from_worker": from_worker,
+                "to_worker": to_worker,
+                "transfer_type": "s3",
+            }
+            for from_node, to_node, from_worker, to_worker in edges
+        )
+        self.transfers.extend(trusted(DataTransfer, rows))
+        self.pending = []
+        self._repeats_possible = False
 
     def result(self) -> DistributionPlan:
         names = self.names
-        assignments = [
-            Assignment.model_construct(
-                node_id=node_id,
-                worker_id=worker_id,
-                worker_name=names[worker_id],
-                phase=phase,
-                reason=reason,
-            )  # fmt: skip
-            for node_id, worker_id, phase, reason in self.rows
-        ]
-        phases = [
-            PlanPhase.model_construct(
-                phase_index=index,
-                phase_type=draft.phase,
-                node_ids=draft.node_ids,
-                worker_ids=draft.worker_ids,
-            )  # fmt: skip
-            for index, draft in enumerate(self.phases.finished())
-        ]
-        return DistributionPlan.model_construct(
-            assignments=assignments, phases=phases,
-            data_transfers=self.transfers, warnings=self.warnings,
-        )  # fmt: skip
+        assignments = trusted(
+            Assignment,
+            (
+                {
+                    "node_id": node_id,
+                    "worker_id": worker_id,
+                    "worker_name": names[worker_id],
+                    "phase": phase,
+                    "reason": reason,
+                }
+                for node_id, worker_id, phase, reason in self.rows
+            ),
+        )
+        phases = trusted(
+            PlanPhase,
+            (
+                {
+                    "phase_index": index,
+                    "phase_type": draft.phase,
+                    "node_ids": draft.node_ids,
+                    "worker_ids": draft.worker_ids,
+                }
+                for index, draft in enumerate(self.phases.finished())
+            ),
+        )
+        fields = {
+            "assignments": assignments,
+            "phases": phases,
+            "data_transfers": self.transfers,
+            "warnings": self.warnings,
+        }
+        return trusted(DistributionPlan, [fields])[0]
+
+
+def _front(node: PlanNode, front: Callable[[PlanNode], tuple[Ids, bool]]) -> tuple[Ids, bool]:
+    """See :meth:`_Walk.front`; ``front`` answers for children."""
+    if isinstance(node, Execute | Step):
+        return (node.node_id,), False
+    if isinstance(node, Composite | Stream):
+        return (node.node_ids_[0],), False
+    if isinstance(node, Empty):
+        return (), True
+    if isinstance(node, Remote):
+        return front(node.plan)
+    if isinstance(node, Loop):
+        entries, passes = front(node.body)
+        return entries, passes and node.carry_from is None
+    if isinstance(node, Sequence):
+        found: list[str] = []
+        for step in node.steps:
+            entries, passes = front(step)
+            found.extend(entries)
+            if not passes:
+                return _unique(found), False
+        return _unique(found), True
+    children = node.branches if isinstance(node, Parallel) else [arm for _, arm in node.arms]
+    own = [node.node_id] if isinstance(node, Branch) else []
+    fronts = [front(child) for child in children]
+    entries = _unique(own + [e for child_entries, _ in fronts for e in child_entries])
+    if isinstance(node, Parallel) and not children:
+        return entries, True
+    return entries, any(passes for _, passes in fronts)
 
 
 def _wants_gpu(target: RemoteTarget | None) -> bool:
@@ -449,10 +552,11 @@ def _first_id(node: PlanNode) -> str:
 def _choice_reason(
     target: RemoteTarget | None, group: list[WorkerInfo], free: int, what: str
 ) -> str:
-    if target is None:
-        return f"{what}: most free slots ({free} free)"
-    if target.worker_id is not None:
+    if target is not None and target.worker_id is not None:
         return f"pinned to worker '{target.worker_id}'"
-    if len(group) == 1:
+    if target is not None and len(group) == 1:
         return f"only worker with tag '{target.tag}'"
-    return f"most free slots of {len(group)} workers with tag '{target.tag}' ({free} free)"
+    among = "" if target is None else f" of {len(group)} workers with tag '{target.tag}'"
+    if free <= 0:
+        return f"{what}: every eligible worker full; queued where slots are least overcommitted"
+    return f"{what}: most free slots{among} ({free} free)"

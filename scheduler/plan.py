@@ -22,7 +22,7 @@ Every problem is reported as a :class:`PlanValidationError` naming the path.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, Union, cast
 
 from pydantic import (
     AfterValidator,
@@ -381,7 +381,7 @@ class ExecutionPlan(RootModel[PlanNode]):
     root: PlanNode
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> ExecutionPlan:  # type: ignore[override]
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> ExecutionPlan:
         try:
             plan = super().model_validate(obj, *args, **kwargs)
         except ValidationError as exc:
@@ -392,7 +392,7 @@ class ExecutionPlan(RootModel[PlanNode]):
     @classmethod
     def model_validate_json(
         cls, json_data: str | bytes | bytearray, *args: Any, **kwargs: Any
-    ) -> ExecutionPlan:  # type: ignore[override]
+    ) -> ExecutionPlan:
         try:
             plan = super().model_validate_json(json_data, *args, **kwargs)
         except ValidationError as exc:
@@ -403,7 +403,7 @@ class ExecutionPlan(RootModel[PlanNode]):
     @classmethod
     def of(cls, root: _Variant) -> ExecutionPlan:
         """Wrap a variant built in Python, checking it like a loaded plan."""
-        plan = cls.model_construct(root=root)
+        plan = cls.model_construct(root=cast("PlanNode", root))
         plan.check()
         return plan
 
@@ -416,7 +416,8 @@ class ExecutionPlan(RootModel[PlanNode]):
 
     def check(self) -> None:
         """Raise :class:`PlanValidationError` for what the schema cannot see."""
-        from scheduler.plan_checks import structural_problems
+        # plan_checks builds on this module's classes: import it when first needed.
+        from scheduler.plan_checks import structural_problems  # noqa: PLC0415
 
         problems = structural_problems(self.root)
         if problems:

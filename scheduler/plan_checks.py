@@ -4,29 +4,33 @@ Node ids must be unique across the whole plan (the artifact store, the
 distribution and the run state are all keyed by them); a Branch's labels must
 be unique (a label picks exactly one arm); a Loop's ``until.node`` and
 ``carry_from`` must name nodes of its own body; an ``Exhaust`` loop needs a
-bound or it would never end. One walk, linear in the plan's size.
+bound or it would never end; and a plan may nest at most ``MAX_DEPTH``
+variants deep (Soma's JSON reader, serde_json, stops at 128 levels of JSON,
+two or more per variant, and so does the writer here). One walk, linear in
+the plan's size.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduler.errors import FieldProblem
+from scheduler.plan import Branch, Loop, Parallel, PlanNode, Remote, Sequence, Step
 
-if TYPE_CHECKING:
-    from scheduler.plan import PlanNode
+MAX_DEPTH = 64
 
 
 def structural_problems(root: PlanNode) -> list[FieldProblem]:
     """Every structural problem of the plan rooted at ``root``, in walk order."""
-    from scheduler.plan import Branch, Loop, Step
-
     problems: list[FieldProblem] = []
     first_seen: dict[str, str] = {}
-    stack: list[tuple[PlanNode, str]] = [(root, "")]
+    stack: list[tuple[PlanNode, str, int]] = [(root, "", 1)]
     while stack:
-        node, path = stack.pop()
+        node, path, depth = stack.pop()
         here = f"{path}.{node.tag}" if path else node.tag
+        if depth > MAX_DEPTH:
+            problems.append(
+                FieldProblem(here, f"the plan nests more than {MAX_DEPTH} variants deep")
+            )
+            continue
         for node_id in node.own_ids():
             if node_id in first_seen:
                 problems.append(
@@ -44,13 +48,14 @@ def structural_problems(root: PlanNode) -> list[FieldProblem]:
             problems.extend(_loop_problems(node, here))
         if isinstance(node, Step):
             problems.extend(_duplicate_handoffs(node, here))
-        stack.extend(reversed(list(_children_with_paths(node, here))))
+        stack.extend(
+            (child, child_path, depth + 1)
+            for child, child_path in reversed(_children_with_paths(node, here))
+        )
     return problems
 
 
 def _children_with_paths(node: PlanNode, here: str) -> list[tuple[PlanNode, str]]:
-    from scheduler.plan import Branch, Loop, Parallel, Remote, Sequence, Step
-
     if isinstance(node, Sequence | Parallel):
         return [(child, f"{here}[{i}]") for i, child in enumerate(node.children())]
     if isinstance(node, Branch):
@@ -64,10 +69,7 @@ def _children_with_paths(node: PlanNode, here: str) -> list[tuple[PlanNode, str]
     return []
 
 
-def _duplicate_labels(node: PlanNode, here: str) -> list[FieldProblem]:
-    from scheduler.plan import Branch
-
-    assert isinstance(node, Branch)
+def _duplicate_labels(node: Branch, here: str) -> list[FieldProblem]:
     seen: set[str] = set()
     problems = []
     for i, label in enumerate(node.labels()):
@@ -82,10 +84,7 @@ def _duplicate_labels(node: PlanNode, here: str) -> list[FieldProblem]:
     return problems
 
 
-def _duplicate_handoffs(node: PlanNode, here: str) -> list[FieldProblem]:
-    from scheduler.plan import Step
-
-    assert isinstance(node, Step)
+def _duplicate_handoffs(node: Step, here: str) -> list[FieldProblem]:
     seen: set[str] = set()
     problems = []
     for i, (label, _) in enumerate(node.handoffs):
@@ -100,10 +99,7 @@ def _duplicate_handoffs(node: PlanNode, here: str) -> list[FieldProblem]:
     return problems
 
 
-def _loop_problems(node: PlanNode, here: str) -> list[FieldProblem]:
-    from scheduler.plan import Loop
-
-    assert isinstance(node, Loop)
+def _loop_problems(node: Loop, here: str) -> list[FieldProblem]:
     problems = []
     body_ids = set(node.body.iter_node_ids())
     if node.until.type == "WhenSignaled" and node.until.node not in body_ids:

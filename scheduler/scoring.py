@@ -14,31 +14,60 @@ worker's capacity (in proportion to free slots), and the caller warns.
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Iterator
+from heapq import heapify, heappop, heapreplace
 
 from scheduler.workers import WorkerInfo
 
 ScoreKey = tuple[int, int, int, int, str]
+OverflowKey = tuple[float, str]
 
 
 class SlotLedger:
-    """Free slots per worker, counted as parallel branches take and return them."""
+    """Free slots per worker, counted as parallel branches take and return them.
+
+    ``outstanding`` counts slots taken and not yet given back: at zero every
+    worker has its full capacity free, and a ranking computed from capacity
+    alone (:meth:`ranked`) is still right. Parallels that follow one another
+    reuse it instead of sorting the workers again.
+    """
 
     def __init__(self, workers: list[WorkerInfo]) -> None:
         self.capacity = {w.id: w.available_slots for w in workers}
         self.free = dict(self.capacity)
+        self.outstanding = 0
+        self._ranked: dict[tuple[int, bool], list[WorkerInfo]] = {}
 
     def take(self, worker_id: str) -> None:
         self.free[worker_id] -= 1
+        self.outstanding += 1
 
     def give_back(self, worker_id: str) -> None:
         self.free[worker_id] += 1
+        self.outstanding -= 1
+
+    def ranked(self, group: list[WorkerInfo], wants_gpu: bool) -> list[WorkerInfo]:
+        """``group`` best first by free slots now, then capability, then id."""
+        free = self.free
+        if self.outstanding:
+            return sorted(group, key=lambda w: (-free[w.id], *_tiebreak(w, wants_gpu)))
+        key = (id(group), wants_gpu)
+        found = self._ranked.get(key)
+        if found is None:
+            found = self._ranked[key] = sorted(
+                group, key=lambda w: (-free[w.id], *_tiebreak(w, wants_gpu))
+            )
+        return found
+
+
+def _tiebreak(worker: WorkerInfo, wants_gpu: bool) -> tuple[int, int, str]:
+    """Capability, then id: GPUs kept for GPU work, more cores first, then by id."""
+    return (int(worker.gpu and not wants_gpu), -worker.cpu_cores, worker.id)
 
 
 def static_key(worker: WorkerInfo, free: int, wants_gpu: bool) -> ScoreKey:
     """Rank without spread: most free slots, then capability, then id."""
-    gpu_kept_free = int(worker.gpu and not wants_gpu)
-    return (0, -free, gpu_kept_free, -worker.cpu_cores, worker.id)
+    return (0, -free, *_tiebreak(worker, wants_gpu))
 
 
 def least_loaded(workers: list[WorkerInfo], ledger: SlotLedger, wants_gpu: bool) -> WorkerInfo:
@@ -49,92 +78,140 @@ def least_loaded(workers: list[WorkerInfo], ledger: SlotLedger, wants_gpu: bool)
 class BranchPicker:
     """Chooses a worker per branch of one parallel phase (spread, then load).
 
-    A heap per group of feasible workers, with lazy re-keying: an entry
-    whose key no longer matches its worker's current state is pushed back
-    with the fresh key instead of being used. Each pick is O(log workers),
-    so a wide parallel stays linear in its number of branches.
+    The general path keeps a heap per group of feasible workers, with lazy
+    re-keying: an entry whose key no longer matches its worker's current
+    state (another group took a slot on it) is put back with the fresh key
+    instead of being used. Each pick is O(log workers), so a wide parallel
+    stays linear in its number of branches.
+
+    The common case, every branch asking the same group and no branch pinned
+    by another rule, has a fixed answer: round r (every worker holding r
+    branches) visits the workers with more than r free slots, most free
+    first; then the overflow goes out in proportion to capacity.
+    :meth:`_rounds` yields exactly the sequence the heaps would, without
+    their per-pick bookkeeping, until a second group or a hold appears.
     """
 
     def __init__(self, ledger: SlotLedger) -> None:
         self._ledger = ledger
+        self._free = ledger.free
+        self._capacity = ledger.capacity
         self._held: dict[str, int] = {}
         self._overflow: dict[str, int] = {}
         self._heaps: dict[tuple[int, bool], list[tuple[ScoreKey, WorkerInfo]]] = {}
-        self._overflow_heaps: dict[int, list[tuple[tuple[float, str], WorkerInfo]]] = {}
+        self._overflow_heaps: dict[int, list[tuple[OverflowKey, WorkerInfo]]] = {}
+        self._only: tuple[int, bool] | None = None
+        self._rounds_left: Iterator[tuple[WorkerInfo, int]] | None = None
         self.overflowed = 0
 
     def _key(self, worker: WorkerInfo, wants_gpu: bool) -> ScoreKey:
-        free = self._ledger.free[worker.id]
-        gpu_kept_free = int(worker.gpu and not wants_gpu)
-        return (self._held.get(worker.id, 0), -free, gpu_kept_free, -worker.cpu_cores, worker.id)
+        return (
+            self._held.get(worker.id, 0),
+            -self._free[worker.id],
+            *_tiebreak(worker, wants_gpu),
+        )
 
-    def pick(self, group: list[WorkerInfo], wants_gpu: bool) -> WorkerInfo:
-        """The best worker of ``group`` (non-empty) for the next branch; takes a slot."""
+    def pick(self, group: list[WorkerInfo], wants_gpu: bool) -> tuple[WorkerInfo, int]:
+        """The best worker of ``group`` (non-empty) for the next branch, and its
+        free slots before this branch took one (0: overflow, nothing was free)."""
         heap_id = (id(group), wants_gpu)
+        if self._rounds_left is not None and heap_id == self._only:
+            return next(self._rounds_left)
+        if self._only is None:
+            self._only = heap_id
+            self._rounds_left = self._rounds(group, wants_gpu)
+            return next(self._rounds_left)
+        self._rounds_left = None  # mixed groups: the heaps take over from here
         heap = self._heaps.get(heap_id)
         if heap is None:
-            heap = [(self._key(w, wants_gpu), w) for w in group]
-            heapq.heapify(heap)
-            self._heaps[heap_id] = heap
-        worker = self._pop_fresh(heap, wants_gpu)
-        if worker is None:
-            worker = self._overflow_pick(group)
-            self.overflowed += 1
-        else:
-            self._held[worker.id] = self._held.get(worker.id, 0) + 1
-            self._ledger.take(worker.id)
-            heapq.heappush(heap, (self._key(worker, wants_gpu), worker))
-        return worker
-
-    def _pop_fresh(
-        self, heap: list[tuple[ScoreKey, WorkerInfo]], wants_gpu: bool
-    ) -> WorkerInfo | None:
-        """Pop the best worker that still has a free slot, or None when all are full."""
+            heap = self._heaps[heap_id] = [(self._key(w, wants_gpu), w) for w in group]
+            heapify(heap)
+        free = self._free
         while heap:
             key, worker = heap[0]
             fresh = self._key(worker, wants_gpu)
             if fresh != key:
-                heapq.heapreplace(heap, (fresh, worker))
+                heapreplace(heap, (fresh, worker))
                 continue
-            heapq.heappop(heap)
-            if self._ledger.free[worker.id] > 0:
-                return worker
-            # Full: it cannot get a slot back before this phase ends, so drop it.
-        return None
+            worker_id = worker.id
+            before = free[worker_id]
+            if before <= 0:
+                # Full: it gets no slot back before this phase ends, so drop it.
+                heappop(heap)
+                continue
+            self._ledger.take(worker_id)
+            self._held[worker_id] = key[0] + 1
+            heapreplace(heap, (self._key(worker, wants_gpu), worker))
+            return worker, before
+        self.overflowed += 1
+        return self._overflow_pick(group), 0
 
-    def hold(self, worker: WorkerInfo) -> None:
+    def _rounds(self, group: list[WorkerInfo], wants_gpu: bool) -> Iterator[tuple[WorkerInfo, int]]:
+        ledger, free, held, overflow = self._ledger, self._free, self._held, self._overflow
+        order = ledger.ranked(group, wants_gpu)
+        start = {w.id: free[w.id] for w in order} if ledger.outstanding else ledger.capacity
+        taken = 0
+        while True:
+            found = False
+            for worker in order:
+                worker_id = worker.id
+                if start[worker_id] > taken:
+                    found = True
+                    free[worker_id] -= 1
+                    ledger.outstanding += 1
+                    held[worker_id] = taken + 1
+                    yield worker, start[worker_id] - taken
+            if not found:
+                break
+            taken += 1
+        capacity = self._capacity
+        heap = [(1 / max(capacity[w.id], 1), w.id, w) for w in group]
+        heapify(heap)
+        while True:
+            _, worker_id, worker = heap[0]
+            count = overflow[worker_id] = overflow.get(worker_id, 0) + 1
+            heapreplace(heap, ((count + 1) / max(capacity[worker_id], 1), worker_id, worker))
+            self.overflowed += 1
+            yield worker, 0
+
+    def hold(self, worker: WorkerInfo) -> bool:
         """A branch placed by a rule stronger than load (differentiable, trial)
-        still takes a slot on its worker; past capacity it counts as overflow."""
-        if self._ledger.free[worker.id] > 0:
+        still takes a slot on its worker; past capacity it counts as overflow.
+        Whether a slot was taken."""
+        if self._only is None:
+            self._only = (0, False)  # no group can match: the heaps decide from now on
+        self._rounds_left = None
+        if self._free[worker.id] > 0:
             self._held[worker.id] = self._held.get(worker.id, 0) + 1
             self._ledger.take(worker.id)
-        else:
-            self._overflow[worker.id] = self._overflow.get(worker.id, 0) + 1
-            self.overflowed += 1
+            return True
+        self._overflow[worker.id] = self._overflow.get(worker.id, 0) + 1
+        self.overflowed += 1
+        return False
 
     def _overflow_pick(self, group: list[WorkerInfo]) -> WorkerInfo:
         """All full: the worker whose overflow is smallest relative to its capacity."""
         heap = self._overflow_heaps.get(id(group))
         if heap is None:
-            heap = [(self._overflow_key(w), w) for w in group]
-            heapq.heapify(heap)
-            self._overflow_heaps[id(group)] = heap
+            heap = self._overflow_heaps[id(group)] = [(self._overflow_key(w), w) for w in group]
+            heapify(heap)
         while True:
             key, worker = heap[0]
             fresh = self._overflow_key(worker)
             if fresh == key:
                 break
-            heapq.heapreplace(heap, (fresh, worker))
+            heapreplace(heap, (fresh, worker))
         self._overflow[worker.id] = self._overflow.get(worker.id, 0) + 1
-        heapq.heapreplace(heap, (self._overflow_key(worker), worker))
+        heapreplace(heap, (self._overflow_key(worker), worker))
         return worker
 
-    def _overflow_key(self, worker: WorkerInfo) -> tuple[float, str]:
-        capacity = max(self._ledger.capacity[worker.id], 1)
+    def _overflow_key(self, worker: WorkerInfo) -> OverflowKey:
+        capacity = max(self._capacity[worker.id], 1)
         return ((self._overflow.get(worker.id, 0) + 1) / capacity, worker.id)
 
     def release_all(self) -> None:
         """The parallel phase is over: every slot it took goes back."""
         for worker_id, count in self._held.items():
-            self._ledger.free[worker_id] += count
+            self._free[worker_id] += count
+            self._ledger.outstanding -= count
         self._held.clear()

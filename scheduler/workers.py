@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from scheduler.errors import PlanValidationError
+from scheduler.errors import FieldProblem, PlanValidationError
 from scheduler.validation import problems_from_pydantic
 
 Count = Annotated[int, Field(ge=0)]
@@ -60,8 +60,6 @@ def load_workers(document: Any) -> list[WorkerInfo]:
     seen: set[str] = set()
     for index, worker in enumerate(workers):
         if worker.id in seen:
-            from scheduler.errors import FieldProblem
-
             raise PlanValidationError(
                 "worker list",
                 [FieldProblem(f"[{index}].id", f"worker id '{worker.id}' is used twice")],
