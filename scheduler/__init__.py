@@ -15,7 +15,7 @@ from scheduler.distribution import (
     PlanPhase,
 )
 from scheduler.errors import FieldProblem, PlacementError, PlanValidationError, SchedulerError
-from scheduler.placement import schedule, schedule_study
+from scheduler.placement import data_edges, schedule, schedule_study
 from scheduler.plan import (
     Branch,
     Composite,
@@ -62,6 +62,7 @@ __all__ = [
     "Step",
     "Stream",
     "WorkerInfo",
+    "data_edges",
     "load_plan",
     "load_workers",
     "schedule",

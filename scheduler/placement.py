@@ -171,6 +171,31 @@ def schedule_study(
         return walk.result()
 
 
+def data_edges(plan: ExecutionPlan | PlanNode | Any) -> list[tuple[str, str]]:
+    """Every (producer, consumer) pair of node ids the plan's data flows along,
+    by the rules in this module's docstring, each once, in execution order.
+
+    Placement-independent: the edges a :class:`DistributionPlan`'s transfers
+    are drawn from (a transfer is an edge whose ends landed on different
+    workers).
+    """
+    anywhere = WorkerInfo(id="(any)", name="(any)", max_concurrent=1)
+    walk = _Walk(_Anywhere([anywhere]), frozenset())
+    walk.edges = []
+    walk.place(_root_of(plan), (), Lane(anywhere.id, ""))
+    return list(dict.fromkeys(walk.edges))
+
+
+class _Anywhere(Feasibility):
+    """One pseudo-worker that satisfies every target: placement without workers."""
+
+    def eligible(self, target: RemoteTarget | None) -> list[WorkerInfo]:
+        return self.usable
+
+    def satisfies(self, worker_id: str, target: RemoteTarget | None) -> bool:
+        return True
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: the walk builds many small objects
@@ -230,6 +255,8 @@ class _Walk:
         self.pending: list[tuple[str, str, str, str]] = []
         self._repeats_possible = False
         self.transfers: list[DataTransfer] = []
+        #: Every data edge, when asked for (see data_edges); None: not recorded.
+        self.edges: list[tuple[str, str]] | None = None
         self.warnings: list[str] = []
         self._fronts: dict[int, tuple[Ids, bool]] = {}
         self._handlers: dict[type, Handler] = {
@@ -258,6 +285,8 @@ class _Walk:
 
     def link(self, sources: Ids, target: str, to_worker: str) -> None:
         """Data flows from each of ``sources`` to ``target`` (on ``to_worker``)."""
+        if self.edges is not None:
+            self.edges.extend((source, target) for source in sources)
         worker_of = self.worker_of
         for source in sources:
             from_worker = worker_of[source]

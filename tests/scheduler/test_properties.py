@@ -14,12 +14,18 @@ from scheduler import (
     DistributionPlan,
     ExecutionPlan,
     PlacementError,
+    data_edges,
     load_workers,
     schedule,
     schedule_study,
 )
 from tests.scheduler import reference
 from tests.scheduler.strategies import plans, worker_sets
+
+
+def plan_of(wire: Any) -> ExecutionPlan:
+    return ExecutionPlan.model_validate(wire)
+
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -75,11 +81,9 @@ def _check_common(wire: Any, workers: list[dict[str, Any]], out: DistributionPla
         assert reference.satisfies(by_id[placed[node_id]], target), (node_id, target)
 
     # Exactly one transfer per cross-worker data edge, none within a worker.
-    expected = {
-        (s, t, placed[s], placed[t])
-        for s, t in reference.data_edges(wire)
-        if placed[s] != placed[t]
-    }
+    edges = reference.data_edges(wire)
+    assert sorted(data_edges(plan_of(wire))) == sorted(edges)
+    expected = {(s, t, placed[s], placed[t]) for s, t in edges if placed[s] != placed[t]}
     got = [(d.from_node, d.to_node, d.from_worker, d.to_worker) for d in out.data_transfers]
     assert Counter(got) == Counter(expected)
 
