@@ -1,0 +1,238 @@
+"""``somatize-tasks plan FILE``: place a plan on workers and show the result.
+
+FILE holds ``{"plan": ..., "workers": [...], "differentiable_nodes": [...]}``
+(a *schedule input*), or a bare plan together with ``--workers WORKERS.json``.
+The default output is a readable report (per worker: its nodes in execution
+order with phase and reason, transfers in and out; the phases; warnings);
+``--json`` prints exactly the ``DistributionPlan`` JSON and ``--mermaid`` a
+Mermaid flowchart of the placed plan. Bad input is one line on stderr and
+exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from scheduler import (
+    DistributionPlan,
+    ExecutionPlan,
+    SchedulerError,
+    WorkerInfo,
+    data_edges,
+    load_workers,
+    schedule,
+)
+from somatize_tasks.cli import main
+
+EXAMPLE = "pipeline.schedule-input.json"
+_INPUT_KEYS = {"plan", "workers", "differentiable_nodes"}
+
+
+@dataclass(frozen=True)
+class ScheduleInput:
+    """What ``schedule()`` needs, read from the command's files."""
+
+    plan: ExecutionPlan
+    workers: list[WorkerInfo]
+    differentiable_nodes: list[str]
+
+
+@main.command("plan")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--workers",
+    "workers_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Worker list (JSON) for a bare plan, or to replace the FILE's workers.",
+)
+@click.option("--example", is_flag=True, help=f"Use the bundled example ({EXAMPLE}).")
+@click.option("--json", "as_json", is_flag=True, help="Print the DistributionPlan JSON only.")
+@click.option("--mermaid", is_flag=True, help="Print a Mermaid flowchart of the placement.")
+@click.option(
+    "--allow-local-fallback",
+    is_flag=True,
+    help="When a Remote cannot be placed, print an empty plan with a warning instead of failing.",
+)
+def plan_command(
+    *,
+    file: Path | None,
+    workers_file: Path | None,
+    example: bool,
+    as_json: bool,
+    mermaid: bool,
+    allow_local_fallback: bool,
+) -> None:
+    """Place the plan in FILE on workers and show who runs what, and why."""
+    if as_json and mermaid:
+        raise click.UsageError("--json and --mermaid are alternatives; pick one")
+    if (file is None) == (not example):
+        raise click.UsageError("give a FILE or --example (not both)")
+    try:
+        document = _read_json(file) if file is not None else _example_document()
+        workers = _read_json(workers_file) if workers_file is not None else None
+        given = _schedule_input(document, workers, file)
+        result = schedule(
+            given.plan,
+            given.workers,
+            given.differentiable_nodes,
+            allow_local_fallback=allow_local_fallback,
+        )
+    except SchedulerError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    elif mermaid:
+        click.echo(to_mermaid(given.plan, result, given.workers))
+    else:
+        print_report(result, given.workers)
+
+
+# --- reading input -------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{path} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(
+            f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+
+
+def _example_document() -> Any:
+    text = resources.files("somatize_tasks.examples").joinpath(EXAMPLE).read_text("utf-8")
+    return json.loads(text)
+
+
+def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleInput:
+    """A schedule input document, or a bare plan plus a worker list."""
+    source = str(file) if file is not None else EXAMPLE
+    if isinstance(document, dict) and "plan" in document:
+        unknown = sorted(set(document) - _INPUT_KEYS)
+        if unknown:
+            raise click.ClickException(
+                f"{source}: unknown key(s) {', '.join(map(repr, unknown))}; "
+                f"a schedule input has {', '.join(sorted(_INPUT_KEYS))}"
+            )
+        if workers is None:
+            workers = document.get("workers")
+        differentiable = document.get("differentiable_nodes", [])
+        document = document["plan"]
+    else:
+        differentiable = []
+    if workers is None:
+        raise click.ClickException(
+            f"{source} holds a bare plan: give the workers with --workers WORKERS.json"
+        )
+    if not isinstance(differentiable, list) or not all(isinstance(n, str) for n in differentiable):
+        raise click.ClickException(f"{source}: differentiable_nodes must be a list of node ids")
+    plan = ExecutionPlan.model_validate(document)  # parsed JSON: never read a str as text
+    return ScheduleInput(plan, load_workers(workers), differentiable)
+
+
+# --- the readable report ---------------------------------------------------------------------
+
+
+def print_report(result: DistributionPlan, workers: list[WorkerInfo]) -> None:
+    """Per worker its nodes in execution order, then phases, transfers and warnings."""
+    console = Console(highlight=False)
+    phase_of = {n: p.phase_index for p in result.phases for n in p.node_ids}
+    moves_in: dict[str, int] = defaultdict(int)
+    moves_out: dict[str, int] = defaultdict(int)
+    for transfer in result.data_transfers:
+        moves_in[transfer.to_worker] += 1
+        moves_out[transfer.from_worker] += 1
+    console.print(
+        f"[bold]{len(result.assignments)} nodes[/] on "
+        f"{len({a.worker_id for a in result.assignments})} of {len(workers)} workers, "
+        f"{len(result.phases)} phases, {len(result.data_transfers)} transfers"
+    )
+    for worker in workers:
+        rows = [a for a in result.assignments if a.worker_id == worker.id]
+        if not rows:
+            continue
+        table = Table(
+            title=f"{worker.name} ({worker.id}): {_count(len(rows), 'node')}, "
+            f"{_count(moves_in[worker.id], 'transfer')} in, {moves_out[worker.id]} out",
+            title_justify="left",
+        )
+        for column in ("phase", "node", "reason"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(f"{phase_of[row.node_id]} {row.phase.describe()}", row.node_id,
+                          row.reason)  # fmt: skip
+        console.print(table)
+    if result.phases:
+        phases = Table(title="Phases, in execution order", title_justify="left")
+        for column in ("#", "type", "nodes", "workers"):
+            phases.add_column(column)
+        for phase in result.phases:
+            phases.add_row(str(phase.phase_index), phase.phase_type.describe(),
+                           ", ".join(phase.node_ids), ", ".join(phase.worker_ids))  # fmt: skip
+        console.print(phases)
+    if result.data_transfers:
+        moves = Table(title="Data transfers", title_justify="left")
+        for column in ("from", "to", "via"):
+            moves.add_column(column)
+        for t in result.data_transfers:
+            moves.add_row(f"{t.from_node} @ {t.from_worker}", f"{t.to_node} @ {t.to_worker}",
+                          t.transfer_type)  # fmt: skip
+        console.print(moves)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+# --- Mermaid ---------------------------------------------------------------------------------
+
+
+def to_mermaid(plan: ExecutionPlan, result: DistributionPlan, workers: list[WorkerInfo]) -> str:
+    """The plan as a Mermaid flowchart: a box per worker holding its nodes, an
+    arrow per data edge, transfers drawn thick and coloured."""
+    ids = {node_id: f"n{i}" for i, node_id in enumerate(plan.node_ids())}
+    where = result.worker_of()
+    lines = ["flowchart LR"]
+    lines += [f"    %% warning: {_label(w)}" for w in result.warnings]
+    for index, worker in enumerate(workers):
+        nodes = [a.node_id for a in result.assignments if a.worker_id == worker.id]
+        if not nodes:
+            continue
+        lines.append(f'    subgraph w{index}["{_label(worker.name)} ({_label(worker.id)})"]')
+        lines += [f'        {ids[n]}["{_label(n)}"]' for n in nodes]
+        lines.append("    end")
+    lines += [f'    {ids[n]}["{_label(n)}"]' for n in ids if n not in where]
+    moved = {(t.from_node, t.to_node): t.transfer_type for t in result.data_transfers}
+    thick: list[str] = []
+    for number, (source, target) in enumerate(data_edges(plan)):
+        via = moved.get((source, target))
+        if via is None:
+            lines.append(f"    {ids[source]} --> {ids[target]}")
+        else:
+            lines.append(f"    {ids[source]} == {via} ==> {ids[target]}")
+            thick.append(str(number))
+    if thick:
+        lines.append(f"    linkStyle {','.join(thick)} stroke:#d9480f,stroke-width:3px")
+    return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _label(text: str) -> str:
+    """Text safe inside a Mermaid ``"..."`` label."""
+    return text.replace('"', "#quot;").replace("\n", " ")
