@@ -22,6 +22,8 @@ _COMMAND_MODULES = (
     "worker",
     "workers",
     "runs",
+    "demo",
+    "timeline",
 )
 
 for _name in _COMMAND_MODULES:
