@@ -107,6 +107,7 @@ def submit(plan_file: str, input_file: str | None, params_file: str | None, ops_
 def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) -> None:
     """A live progress bar: all nodes, and each worker's, until the run ends."""
     per_worker = Counter(a.worker_id for a in run.distribution.assignments)
+    assigned = {a.node_id: a.worker_id for a in run.distribution.assignments}
     deadline = None if timeout is None else time.monotonic() + timeout
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=people, transient=False) as bar:
@@ -115,7 +116,10 @@ def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) 
         while True:
             status = run.status()
             bar.update(overall, completed=run.progress().done)
-            done_by = Counter(n.worker for n in status.nodes.values() if n.state == "done")
+            done_by = Counter(  # skipped arms and loop controllers count for their lane
+                n.worker or assigned.get(node_id)
+                for node_id, n in status.nodes.items() if n.state in ("done", "skipped")
+            )
             for worker, task in lanes.items():
                 bar.update(task, completed=done_by.get(worker, 0))
             if status.state in FINISHED:
