@@ -10,6 +10,7 @@ fits" (no such tag) from "not now" (full).
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from scheduler.errors import PlacementError
 from scheduler.plan import RemoteTarget
@@ -25,7 +26,10 @@ class Feasibility:
 
     def __init__(self, all_workers: list[WorkerInfo]) -> None:
         self.all_workers = all_workers
-        self.usable = sorted((w for w in all_workers if w.has_capacity), key=lambda w: w.id)
+        slots = [(w, w.available_slots) for w in all_workers]
+        self.usable = sorted((w for w, free in slots if free > 0), key=attrgetter("id"))
+        #: Free slots of each usable worker, by id.
+        self.free_slots = {w.id: free for w, free in slots if free > 0}
         self._by_tag: dict[str, list[WorkerInfo]] = {}
         self._by_id: dict[str, WorkerInfo] = {w.id: w for w in self.usable}
         self._pinned: dict[str, list[WorkerInfo]] = {w.id: [w] for w in self.usable}

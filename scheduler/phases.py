@@ -53,7 +53,7 @@ class PhaseBuilder:
             and worker_id not in self._draft.worker_ids
         ):
             self._draft.worker_ids.append(worker_id)
-        # A parallel phase names one worker per branch (see branch_worker).
+        # A parallel phase names one worker per branch (see leave_parallel).
         self.worker_id = worker_id
 
     def enter_parallel(self) -> None:
@@ -62,13 +62,11 @@ class PhaseBuilder:
             self.phase = PARALLEL
         self._parallel_depth += 1
 
-    def branch_worker(self, worker_id: str) -> None:
-        """A branch of a parallel went to ``worker_id``."""
+    def leave_parallel(self, branch_workers: list[str]) -> None:
+        """A parallel is done; its branches went to ``branch_workers``, in order
+        (the phase of an outermost parallel names them)."""
         if self._parallel_depth == 1 and self.phase is PARALLEL and self._draft is not None:
-            self._draft.worker_ids.append(worker_id)
-        self.worker_id = worker_id
-
-    def leave_parallel(self) -> None:
+            self._draft.worker_ids.extend(branch_workers)
         self._parallel_depth -= 1
         if not self._parallel_depth and self.phase is PARALLEL:
             self._close()

@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from scheduler.distribution import (
+    PARALLEL,
     Assignment,
     DataTransfer,
     DistributionPlan,
@@ -121,18 +122,20 @@ def schedule(
     empty plan carrying that message as a warning.
     """
     root = _root_of(plan)
-    worker_list = list(workers)
-    early = _early_exit(worker_list)
+    feasibility = Feasibility(list(workers))
+    early = _early_exit(feasibility)
     if early is not None:
         return early
-    walk = _Walk(Feasibility(worker_list), frozenset(differentiable_nodes))
-    first = least_loaded(walk.feasibility.usable, walk.ledger, wants_gpu=False)
+    walk = _Walk(feasibility, frozenset(differentiable_nodes))
+    first = walk.ledger.ranked(feasibility.usable, wants_gpu=False)[0]
     lane = Lane(first.id, f"least loaded worker ({first.available_slots} free slots)")
     try:
         with _gc_paused():
             walk.place(root, (), lane)
             walk.flush_transfers()
-            return walk.result()
+            result = walk.result()
+            del walk  # its scaffolding goes now, unseen by the collector
+        return result
     except PlacementError as exc:
         if not allow_local_fallback:
             raise
@@ -154,12 +157,12 @@ def schedule_study(
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
     root = _root_of(plan)
-    worker_list = list(workers)
-    early = _early_exit(worker_list)
+    feasibility = Feasibility(list(workers))
+    early = _early_exit(feasibility)
     if early is not None:
         return early
-    walk = _Walk(Feasibility(worker_list), frozenset(differentiable_nodes), keep_on_lane=True)
-    usable = walk.feasibility.usable
+    walk = _Walk(feasibility, frozenset(differentiable_nodes), keep_on_lane=True)
+    usable = feasibility.usable
     with _gc_paused():
         for index in range(trials):
             worker = usable[index % len(usable)]
@@ -216,10 +219,10 @@ def _root_of(plan: Any) -> PlanNode:
     return load_plan(plan).root
 
 
-def _early_exit(workers: list[WorkerInfo]) -> DistributionPlan | None:
-    if not workers:
+def _early_exit(feasibility: Feasibility) -> DistributionPlan | None:
+    if not feasibility.all_workers:
         return _local_plan(NO_WORKERS)
-    if not any(w.has_capacity for w in workers):
+    if not feasibility.usable:
         return _local_plan(ALL_FULL)
     return None
 
@@ -232,7 +235,7 @@ def _unique(ids: list[str]) -> Ids:
     return tuple(dict.fromkeys(ids))
 
 
-Handler = Callable[[Any, Ids, Lane], Ids]
+Handler = Callable[["_Walk", Any, Ids, Lane], Ids]
 
 
 class _Walk:
@@ -242,35 +245,23 @@ class _Walk:
         self, feasibility: Feasibility, differentiable: frozenset[str], keep_on_lane: bool = False
     ) -> None:
         self.feasibility = feasibility
-        self.ledger = SlotLedger(feasibility.usable)
+        self.ledger = SlotLedger(feasibility.free_slots)
         self.names = {w.id: w.name for w in feasibility.usable}
         self.differentiable = differentiable
         self.keep_on_lane = keep_on_lane
         self.phases = PhaseBuilder()
         self.worker_of: dict[str, str] = {}
-        self.rows: list[tuple[str, str, Phase, str]] = []
-        #: Cross-worker edges not yet turned into transfers, as
-        #: (from_node, to_node, from_worker, to_worker). Each node is linked to
-        #: its inputs once, so only a Loop's back edges can repeat one.
-        self.pending: list[tuple[str, str, str, str]] = []
+        self.rows: list[dict[str, Any]] = []
+        #: Cross-worker edges not yet turned into transfers, as DataTransfer
+        #: fields. Each node is linked to its inputs once, so only a Loop's back
+        #: edges can repeat one.
+        self.pending: list[dict[str, str]] = []
         self._repeats_possible = False
         self.transfers: list[DataTransfer] = []
         #: Every data edge, when asked for (see data_edges); None: not recorded.
         self.edges: list[tuple[str, str]] | None = None
         self.warnings: list[str] = []
         self._fronts: dict[int, tuple[Ids, bool]] = {}
-        self._handlers: dict[type, Handler] = {
-            Execute: self._execute,
-            Sequence: self._sequence,
-            Parallel: self._parallel,
-            Step: self._step,
-            Loop: self._loop,
-            Branch: self._branch,
-            Remote: self._remote,
-            Composite: self._fused,
-            Stream: self._fused,
-            Empty: self._empty,
-        }
 
     # --- bookkeeping -----------------------------------------------------------------
 
@@ -281,7 +272,16 @@ class _Walk:
         if worker_id != phases.worker_id:
             phases.switch_worker(worker_id)
         phases.nodes.append(node_id)
-        self.rows.append((node_id, worker_id, phases.phase, reason))
+        # Built here as the Assignment's own __dict__ (see result()).
+        self.rows.append(
+            {
+                "node_id": node_id,
+                "worker_id": worker_id,
+                "worker_name": self.names[worker_id],
+                "phase": phases.phase,
+                "reason": reason,
+            }
+        )
 
     def link(self, sources: Ids, target: str, to_worker: str) -> None:
         """Data flows from each of ``sources`` to ``target`` (on ``to_worker``)."""
@@ -291,11 +291,20 @@ class _Walk:
         for source in sources:
             from_worker = worker_of[source]
             if from_worker != to_worker:
-                self.pending.append((source, target, from_worker, to_worker))
+                # Built here as the DataTransfer's own __dict__ (see flush_transfers()).
+                self.pending.append(
+                    {
+                        "from_node": source,
+                        "to_node": target,
+                        "from_worker": from_worker,
+                        "to_worker": to_worker,
+                        "transfer_type": "s3",
+                    }
+                )
 
     def place(self, node: PlanNode, inputs: Ids, lane: Lane) -> Ids:
         """Place ``node`` reading from ``inputs``; return the nodes its output comes from."""
-        return self._handlers[type(node)](node, inputs, lane)
+        return _HANDLERS[type(node)](self, node, inputs, lane)
 
     # --- variants --------------------------------------------------------------------
 
@@ -318,10 +327,9 @@ class _Walk:
         return inputs
 
     def _sequence(self, node: Sequence, inputs: Ids, lane: Lane) -> Ids:
-        handlers = self._handlers
         current = inputs
         for step in node.steps:
-            current = handlers[type(step)](step, current, lane)
+            current = _HANDLERS[type(step)](self, step, current, lane)
         return current
 
     def _step(self, node: Step, inputs: Ids, lane: Lane) -> Ids:
@@ -376,20 +384,26 @@ class _Walk:
         if lane.holds_slot:
             self.ledger.give_back(lane.worker_id)
         picker = BranchPicker(self.ledger)
-        handlers = self._handlers
         lanes: dict[tuple[str, int, int], Lane] = {}
+        # The lane's own group (any Remote around the parallel); Remote branches
+        # look up their own.
+        group = self.feasibility.eligible(lane.target)
         outputs: list[str] = []
+        branch_workers: list[str] = []
         for branch in node.branches:
             if isinstance(branch, Remote):
                 target: RemoteTarget | None = branch.target
                 inner: PlanNode = branch.plan
+                branch_group = self._group(branch, target)
             else:
-                target, inner = lane.target, branch
+                target, inner, branch_group = lane.target, branch, group
             branch_lane = self._branch_lane(
-                branch, target, inputs, lane, picker=picker, lanes=lanes
+                branch, target, branch_group, inputs, lane, picker=picker, lanes=lanes
             )
-            phases.branch_worker(branch_lane.worker_id)
-            outputs.extend(handlers[type(inner)](inner, inputs, branch_lane))
+            branch_workers.append(branch_lane.worker_id)
+            if phases.phase is PARALLEL:  # the phase names branch workers at the end
+                phases.worker_id = branch_lane.worker_id
+            outputs.extend(_HANDLERS[type(inner)](self, inner, inputs, branch_lane))
         if picker.overflowed:
             self.warnings.append(
                 f"{len(node.branches)} parallel branches (first node "
@@ -399,7 +413,7 @@ class _Walk:
         picker.release_all()
         if lane.holds_slot:
             self.ledger.take(lane.worker_id)
-        phases.leave_parallel()
+        phases.leave_parallel(branch_workers)
         return _unique(outputs)
 
     # --- choosing a worker for a new lane -------------------------------------------
@@ -408,17 +422,18 @@ class _Walk:
         self,
         branch: PlanNode,
         target: RemoteTarget | None,
+        group: list[WorkerInfo],
         inputs: Ids,
         lane: Lane,
         *,
         picker: BranchPicker,
         lanes: dict[tuple[str, int, int], Lane],
     ) -> Lane:
-        """The lane of the next branch of a parallel: its worker takes one slot.
+        """The lane of the next branch of a parallel, on a worker of ``group``
+        (those that satisfy ``target``); its worker takes one slot.
 
         Branches that land on the same worker for the same reason share one
         Lane (``lanes`` lives as long as the parallel)."""
-        group = self._group(branch, target)
         if self.differentiable or self.keep_on_lane:
             pinned = self._rule_pinned(branch, target, inputs, lane)
             if pinned is not None:
@@ -487,36 +502,15 @@ class _Walk:
 
     def flush_transfers(self) -> None:
         """Turn the cross-worker edges seen so far into transfers (once each)."""
-        edges = dict.fromkeys(self.pending) if self._repeats_possible else self.pending
-        rows = (
-            {
-                "from_node": from_node,
-                "to_node": to_node,
-                "from_worker": from_worker,
-                "to_worker": to_worker,
-                "transfer_type": "s3",
-            }
-            for from_node, to_node, from_worker, to_worker in edges
-        )
+        rows: Iterable[dict[str, str]] = self.pending
+        if self._repeats_possible:
+            rows = {(row["from_node"], row["to_node"]): row for row in rows}.values()
         self.transfers.extend(trusted(DataTransfer, rows))
         self.pending = []
         self._repeats_possible = False
 
     def result(self) -> DistributionPlan:
-        names = self.names
-        assignments = trusted(
-            Assignment,
-            (
-                {
-                    "node_id": node_id,
-                    "worker_id": worker_id,
-                    "worker_name": names[worker_id],
-                    "phase": phase,
-                    "reason": reason,
-                }
-                for node_id, worker_id, phase, reason in self.rows
-            ),
-        )
+        assignments = trusted(Assignment, self.rows)
         phases = trusted(
             PlanPhase,
             (
@@ -536,6 +530,23 @@ class _Walk:
             "warnings": self.warnings,
         }
         return trusted(DistributionPlan, [fields])[0]
+
+
+#: The placing method for each variant. A class-level table (not bound methods
+#: on the walk) so that a walk holds no reference cycle and is freed the moment
+#: it is done, without waiting for the garbage collector to look at it.
+_HANDLERS: dict[type, Handler] = {
+    Execute: _Walk._execute,
+    Sequence: _Walk._sequence,
+    Parallel: _Walk._parallel,
+    Step: _Walk._step,
+    Loop: _Walk._loop,
+    Branch: _Walk._branch,
+    Remote: _Walk._remote,
+    Composite: _Walk._fused,
+    Stream: _Walk._fused,
+    Empty: _Walk._empty,
+}
 
 
 def _front(node: PlanNode, front: Callable[[PlanNode], tuple[Ids, bool]]) -> tuple[Ids, bool]:

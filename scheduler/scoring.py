@@ -32,9 +32,9 @@ class SlotLedger:
     reuse it instead of sorting the workers again.
     """
 
-    def __init__(self, workers: list[WorkerInfo]) -> None:
-        self.capacity = {w.id: w.available_slots for w in workers}
-        self.free = dict(self.capacity)
+    def __init__(self, free_slots: dict[str, int]) -> None:
+        self.capacity = dict(free_slots)
+        self.free = dict(free_slots)
         self.outstanding = 0
         self._ranked: dict[tuple[int, bool], list[WorkerInfo]] = {}
 
@@ -48,16 +48,19 @@ class SlotLedger:
 
     def ranked(self, group: list[WorkerInfo], wants_gpu: bool) -> list[WorkerInfo]:
         """``group`` best first by free slots now, then capability, then id."""
-        free = self.free
         if self.outstanding:
-            return sorted(group, key=lambda w: (-free[w.id], *_tiebreak(w, wants_gpu)))
+            return self._rank(group, wants_gpu)
         key = (id(group), wants_gpu)
         found = self._ranked.get(key)
         if found is None:
-            found = self._ranked[key] = sorted(
-                group, key=lambda w: (-free[w.id], *_tiebreak(w, wants_gpu))
-            )
+            found = self._ranked[key] = self._rank(group, wants_gpu)
         return found
+
+    def _rank(self, group: list[WorkerInfo], wants_gpu: bool) -> list[WorkerInfo]:
+        free = self.free
+        return sorted(
+            group, key=lambda w: (-free[w.id], w.gpu and not wants_gpu, -w.cpu_cores, w.id)
+        )
 
 
 def _tiebreak(worker: WorkerInfo, wants_gpu: bool) -> tuple[int, int, str]:
@@ -101,6 +104,7 @@ class BranchPicker:
         self._heaps: dict[tuple[int, bool], list[tuple[ScoreKey, WorkerInfo]]] = {}
         self._overflow_heaps: dict[int, list[tuple[OverflowKey, WorkerInfo]]] = {}
         self._only: tuple[int, bool] | None = None
+        self._only_group: list[WorkerInfo] | None = None
         self._rounds_left: Iterator[tuple[WorkerInfo, int]] | None = None
         self.overflowed = 0
 
@@ -114,14 +118,17 @@ class BranchPicker:
     def pick(self, group: list[WorkerInfo], wants_gpu: bool) -> tuple[WorkerInfo, int]:
         """The best worker of ``group`` (non-empty) for the next branch, and its
         free slots before this branch took one (0: overflow, nothing was free)."""
+        if self._rounds_left is not None and group is self._only_group:
+            return next(self._rounds_left)
         heap_id = (id(group), wants_gpu)
         if self._rounds_left is not None and heap_id == self._only:
             return next(self._rounds_left)
         if self._only is None:
+            self._only_group = group
             self._only = heap_id
             self._rounds_left = self._rounds(group, wants_gpu)
             return next(self._rounds_left)
-        self._rounds_left = None  # mixed groups: the heaps take over from here
+        self._rounds_left = self._only_group = None  # mixed groups: the heaps take over
         heap = self._heaps.get(heap_id)
         if heap is None:
             heap = self._heaps[heap_id] = [(self._key(w, wants_gpu), w) for w in group]
@@ -164,15 +171,32 @@ class BranchPicker:
             if not found:
                 break
             taken += 1
-        capacity = self._capacity
-        heap = [(1 / max(capacity[w.id], 1), w.id, w) for w in group]
-        heapify(heap)
+        period = self._overflow_period(group)
         while True:
+            for worker in period:
+                overflow[worker.id] = overflow.get(worker.id, 0) + 1
+                self.overflowed += 1
+                yield worker, 0
+
+    def _overflow_period(self, group: list[WorkerInfo]) -> list[WorkerInfo]:
+        """One period of the overflow sequence, from no overflow yet.
+
+        Picking the smallest ``(overflow + 1) / capacity`` (ties by id) is
+        D'Hondt's rule with capacities as votes: the first ``sum(capacity)``
+        picks give each worker exactly its capacity, and from there every
+        key has grown by exactly 1, so the sequence repeats with that period.
+        """
+        capacity = self._capacity
+        heap = [(1 / capacity[w.id], w.id, w) for w in group]
+        heapify(heap)
+        period: list[WorkerInfo] = []
+        picked: dict[str, int] = {}
+        for _ in range(sum(capacity[w.id] for w in group)):
             _, worker_id, worker = heap[0]
-            count = overflow[worker_id] = overflow.get(worker_id, 0) + 1
-            heapreplace(heap, ((count + 1) / max(capacity[worker_id], 1), worker_id, worker))
-            self.overflowed += 1
-            yield worker, 0
+            count = picked[worker_id] = picked.get(worker_id, 0) + 1
+            heapreplace(heap, ((count + 1) / capacity[worker_id], worker_id, worker))
+            period.append(worker)
+        return period
 
     def hold(self, worker: WorkerInfo) -> bool:
         """A branch placed by a rule stronger than load (differentiable, trial)
@@ -215,3 +239,4 @@ class BranchPicker:
             self._free[worker_id] += count
             self._ledger.outstanding -= count
         self._held.clear()
+        self._rounds_left = None  # the generator refers back to this picker: drop the cycle

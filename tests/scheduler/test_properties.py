@@ -178,7 +178,49 @@ def test_study_invariants(wire: Any, workers: list[dict[str, Any]], trials: int)
                 assert reference.satisfies(by_id[row.worker_id], targets[row.node_id])
             else:
                 assert row.worker_id == home, row
+    for phase in out.phases:
+        # A trial's phase names its round-robin worker first, then any other it uses.
+        rows = [a for a in out.assignments if a.phase == phase.phase_type]
+        assert [a.node_id for a in rows] == phase.node_ids
+        assert {a.worker_id for a in rows} <= set(phase.worker_ids)
+        home = usable[phase.phase_type.trial_index % len(usable)]["id"]
+        assert phase.worker_ids[0] == home
     with_nodes = [p for p in out.phases if p.node_ids]
     assert [p.phase_index for p in out.phases] == list(range(len(out.phases)))
     assert len(with_nodes) == (trials if ids else 0)
     json.loads(out.model_dump_json())
+
+
+def _naive_branch_workers(workers: list[dict[str, Any]], branches: int) -> list[str]:
+    """The spec, one pick at a time: spread (fewest held), then most free slots, then
+    no GPU, more cores, id; all full: smallest (overflow + 1) / capacity, then id."""
+    usable = _usable(workers)
+    free = {w["id"]: reference.free_slots(w) for w in usable}
+    capacity = dict(free)
+    held = dict.fromkeys(free, 0)
+    overflow = dict.fromkeys(free, 0)
+    picks = []
+    for _ in range(branches):
+        open_ = [w for w in usable if free[w["id"]] > 0]
+        if open_:
+            best = min(
+                open_,
+                key=lambda w: (held[w["id"]], -free[w["id"]], w["gpu"], -w["cpu_cores"], w["id"]),
+            )
+            held[best["id"]] += 1
+            free[best["id"]] -= 1
+        else:
+            best = min(usable, key=lambda w: ((overflow[w["id"]] + 1) / capacity[w["id"]], w["id"]))
+            overflow[best["id"]] += 1
+        picks.append(best["id"])
+    return picks
+
+
+@FAST
+@given(workers=worker_sets(min_size=1), branches=st.integers(1, 60))
+def test_branch_choice_matches_the_naive_rule(workers: list[dict[str, Any]], branches: int) -> None:
+    if not _usable(workers):
+        return
+    wire = {"Parallel": [{"Execute": {"node_id": f"b{i}"}} for i in range(branches)]}
+    out = schedule(ExecutionPlan.model_validate(wire), load_workers(workers))
+    assert out.phases[0].worker_ids == _naive_branch_workers(workers, branches)

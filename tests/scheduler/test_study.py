@@ -51,3 +51,14 @@ def test_study_without_workers_warns_and_bad_trial_count_raises() -> None:
     assert schedule_study(TRIAL_PLAN, [worker("w")], trials=0).assignments == []
     with pytest.raises(ValueError, match="trials must be >= 0"):
         schedule_study(TRIAL_PLAN, [worker("w")], trials=-1)
+
+
+def test_a_trial_phase_names_every_worker_it_uses() -> None:
+    remote_branch = {"Remote": {"node_id": "r", "target": {"Tag": "gpu"}, "plan": ex("g")}}
+    wire = {"Sequence": [ex("prep"), {"Parallel": [ex("a"), remote_branch]}]}
+    workers = [worker("c1"), worker("g1", tags=("gpu",))]
+    result = schedule_study(plan(wire), workers, trials=1)
+    assert {a.node_id: a.worker_id for a in result.assignments} == {
+        "prep": "c1", "a": "c1", "g": "g1"
+    }  # fmt: skip
+    assert result.phases[0].worker_ids == ["c1", "g1"]
