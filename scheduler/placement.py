@@ -176,7 +176,8 @@ def schedule_study(
 
 def data_edges(plan: ExecutionPlan | PlanNode | Any) -> list[tuple[str, str]]:
     """Every (producer, consumer) pair of node ids the plan's data flows along,
-    by the rules in this module's docstring, each once, in execution order.
+    by the rules in this module's docstring, each once, in the order the walk
+    meets them (a Loop's back edges right after its body).
 
     Placement-independent: the edges a :class:`DistributionPlan`'s transfers
     are drawn from (a transfer is an edge whose ends landed on different

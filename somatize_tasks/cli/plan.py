@@ -32,6 +32,7 @@ from scheduler import (
     schedule,
 )
 from somatize_tasks.cli import main
+from somatize_tasks.cli.common import load_json_file
 
 EXAMPLE = "pipeline.schedule-input.json"
 _INPUT_KEYS = {"plan", "workers", "differentiable_nodes"}
@@ -77,8 +78,8 @@ def plan_command(
     if (file is None) == (not example):
         raise click.UsageError("give a FILE or --example (not both)")
     try:
-        document = _read_json(file) if file is not None else _example_document()
-        workers = _read_json(workers_file) if workers_file is not None else None
+        document = load_json_file(file, "plan") if file is not None else _example_document()
+        workers = load_json_file(workers_file, "workers") if workers_file else None
         given = _schedule_input(document, workers, file)
         result = schedule(
             given.plan,
@@ -88,6 +89,8 @@ def plan_command(
         )
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"the input is not UTF-8 text: {exc.reason}") from None
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     elif mermaid:
@@ -97,21 +100,6 @@ def plan_command(
 
 
 # --- reading input -------------------------------------------------------------------------
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise click.ClickException(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise click.ClickException(f"{path} is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise click.ClickException(
-            f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
 
 
 def _example_document() -> Any:

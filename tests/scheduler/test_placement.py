@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import DistributionPlan, PlacementError, WorkerInfo, schedule
+from scheduler import DistributionPlan, PlacementError, WorkerInfo, data_edges, schedule
 from tests.scheduler.helpers import ex, plan, worker
 
 
@@ -298,3 +298,12 @@ def test_schedule_accepts_wire_json_and_variants() -> None:
     from_dict = schedule(ex("a"), workers)
     assert from_text == from_dict
     assert _where(from_text) == {"a": "w1"}
+
+
+def test_loop_back_edge_reaches_entries_behind_a_pass_through_arm() -> None:
+    arms = [["skip", "Empty"], ["go", ex("y")]]
+    body = {"Sequence": [{"Branch": {"node_id": "c", "arms": arms}}, ex("x")]}
+    wire = {"Loop": {"node_id": "L", "body": body, "carry_from": "c"}}
+    # On later passes x reads c's output through the Empty arm, as on the first
+    # pass it read the loop's input.
+    assert set(data_edges(plan(wire))) == {("y", "x"), ("c", "y"), ("c", "x")}

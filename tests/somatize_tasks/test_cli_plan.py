@@ -108,7 +108,10 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, content: Any, words: str) ->
 
 def test_missing_file_and_bad_flags(tmp_path: Path) -> None:
     missing = run(str(tmp_path / "nope.json"))
-    assert missing.exit_code == 1 and "cannot read" in missing.stderr
+    assert missing.exit_code == 1 and "does not exist" in missing.stderr
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert "not UTF-8" in run(str(binary)).stderr
     assert run().exit_code == 2
     assert run("--example", "--json", "--mermaid").exit_code == 2
 
