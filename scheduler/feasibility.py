@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from scheduler.errors import PlacementError
 from scheduler.plan import RemoteTarget
-from scheduler.workers import WorkerInfo
+from scheduler.workers import WorkerInfo, check_unique_ids
 
 
 class Feasibility:
@@ -25,6 +25,7 @@ class Feasibility:
     """
 
     def __init__(self, all_workers: list[WorkerInfo]) -> None:
+        check_unique_ids(all_workers)
         self.all_workers = all_workers
         slots = [(w, w.available_slots) for w in all_workers]
         self.usable = sorted((w for w, free in slots if free > 0), key=attrgetter("id"))

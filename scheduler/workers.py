@@ -57,12 +57,15 @@ def load_workers(document: Any) -> list[WorkerInfo]:
             workers = _WORKER_LIST.validate_python(document)
     except ValidationError as exc:
         raise PlanValidationError("worker list", problems_from_pydantic(exc)) from None
+    check_unique_ids(workers)
+    return workers
+
+
+def check_unique_ids(workers: list[WorkerInfo]) -> None:
+    """Assignments name workers by id, so two workers may not share one."""
     seen: set[str] = set()
     for index, worker in enumerate(workers):
         if worker.id in seen:
-            raise PlanValidationError(
-                "worker list",
-                [FieldProblem(f"[{index}].id", f"worker id '{worker.id}' is used twice")],
-            )
+            problem = FieldProblem(f"[{index}].id", f"worker id '{worker.id}' is used twice")
+            raise PlanValidationError("worker list", [problem])
         seen.add(worker.id)
-    return workers

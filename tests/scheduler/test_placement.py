@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from scheduler import DistributionPlan, PlacementError, WorkerInfo, data_edges, schedule
+from scheduler import (
+    DistributionPlan,
+    PlacementError,
+    PlanValidationError,
+    WorkerInfo,
+    data_edges,
+    schedule,
+)
 from tests.scheduler.helpers import ex, plan, worker
 
 
@@ -307,3 +314,8 @@ def test_loop_back_edge_reaches_entries_behind_a_pass_through_arm() -> None:
     # On later passes x reads c's output through the Empty arm, as on the first
     # pass it read the loop's input.
     assert set(data_edges(plan(wire))) == {("y", "x"), ("c", "y"), ("c", "x")}
+
+
+def test_two_workers_with_one_id_are_rejected() -> None:
+    with pytest.raises(PlanValidationError, match=r"\[1\]\.id: worker id 'w' is used twice"):
+        schedule(plan(ex("a")), [worker("w"), worker("w", slots=9)])
