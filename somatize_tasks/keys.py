@@ -13,6 +13,7 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         ``TIME`` (one clock for every machine)
     ``<p>:workers:info``        HASH    worker id -> WorkerInfo JSON
     ``<p>:runs``                ZSET    run id -> creation time (s)
+    ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
                                         params, ops, input, output, error, times
     ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
@@ -25,6 +26,7 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:run:<id>:done``       SET     node ids done (progress)
     ``<p>:run:<id>:transfers``  LIST    transfer records, for status and timeline
     ``<p>:run:<id>:finished``   LIST    one item pushed when the run ends (wait)
+    ``<p>:run:<id>:lease``      STRING  who is repairing the run now (PX lease)
     ==========================  ======  ==========================================
 
 A worker is live while its ``seen`` score is within the heartbeat TTL; a
@@ -66,6 +68,11 @@ class RedisKeys:
     @property
     def runs(self) -> str:
         return self.key("runs")
+
+    @property
+    def active_runs(self) -> str:
+        """Runs still running: what the reaper watches."""
+        return self.key("runs", "active")
 
     def run(self, run_id: str, part: str | None = None) -> str:
         """A run's meta hash, or one of its parts (``results``, ``nodes``, ...)."""

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     run_ttl_s: Annotated[int, Field(ge=60)] = 7 * 24 * 3600
     node_soft_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
+    reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
+    reaper_enabled: bool = True
 
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0

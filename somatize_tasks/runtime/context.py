@@ -63,14 +63,20 @@ class RunContext:
     def state(self, run_id: str) -> RedisRunState:
         return RedisRunState(self.redis, self.keys, run_id, self.settings.run_ttl_s)
 
-    def program(self, run_id: str) -> Program | None:
-        """The run's compiled plan (cached), or None if Redis no longer knows the run."""
+    def program(self, run_id: str, *, refresh: bool = False) -> Program | None:
+        """The run's compiled plan (cached), or None if Redis no longer knows the run.
+
+        ``refresh`` reloads it: the reaper re-placed nodes, so the
+        distribution's version moved on.
+        """
         with self._lock:
-            cached = self._programs.get(run_id)
+            cached = None if refresh else self._programs.get(run_id)
             if cached is not None:
                 self._programs.move_to_end(run_id)
                 return cached
-        raw = self.redis.hmget(self.keys.run(run_id), "plan", "distribution", "params", "ops")
+        raw = self.redis.hmget(
+            self.keys.run(run_id), "plan", "distribution", "params", "ops", "version", "time_limits"
+        )
         if raw[0] is None:
             return None
         program = compile_program(
@@ -78,6 +84,8 @@ class RunContext:
             DistributionPlan.model_validate_json(raw[1]) if raw[1] else None,
             params=json.loads(raw[2] or b"{}"),
             ops=json.loads(raw[3] or b"{}"),
+            version=int(raw[4] or 0),
+            time_limits_s=tuple(json.loads(raw[5] or b"[null, null]")),  # type: ignore[arg-type]
         )
         self.remember(run_id, program)
         return program

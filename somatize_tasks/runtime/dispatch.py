@@ -39,32 +39,54 @@ class CeleryDispatcher:
         self._workers = set(program.worker_of.values())
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
+        """Publish ``block`` (after the transfers it needs) under a fresh task id.
+
+        The input is saved and the task id recorded first, so the reaper can
+        re-dispatch the block elsewhere, and a stale copy of the message
+        (``mark_running`` compares task ids) is dropped instead of run twice.
+        """
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
-        if direct:
-            self._log_transfers(block, worker, direct, "direct")
-        if not missing:
-            self.publish_node(block, epoch, input_expr)
-            return
-        self.state.client.hset(
-            self.state.results,
-            mapping={f"p:{block.index}:{epoch}": len(missing), f"i:{block.index}:{epoch}": json.dumps(input_expr)},
-        )
-        self.state.mark_nodes(block.task_node_ids(), "pending", worker, epoch, waiting_for="transfers")
-        for ref in missing:
-            self._transfer_chain(ref, worker, block, epoch).apply_async()
-
-    def publish_node(self, block: Block, epoch: int, input_expr: Expr) -> None:
-        worker = block.worker_id or ""
-        nodes = block.task_node_ids()
         task_id = uuid()
-        self.state.mark_nodes(nodes, "pending", worker, epoch, task_id=task_id, queued_at=time.time())
+        pipe = self.state.client.pipeline()
+        pipe.hset(self.state.results, f"i:{block.index}:{epoch}", json.dumps(input_expr))
+        if missing:
+            pipe.hset(self.state.results, f"p:{block.index}:{epoch}", len(missing))
+        if direct:
+            pipe.rpush(self.state.transfers, *(transfer_record(r, block, worker, "direct") for r in direct))
+        waiting = {"waiting_for": "transfers"} if missing else {}
+        self._mark_pending(pipe, block, epoch, task_id, **waiting)
+        pipe.execute()
+        if not missing:
+            self._send(block, epoch, input_expr, task_id)
+            return
+        for ref in missing:
+            self._transfer_chain(ref, worker, block, epoch, task_id).apply_async()
+
+    def publish_node(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
+        """The block's transfers are done: publish it under the task id it waits for."""
+        pipe = self.state.client.pipeline()
+        self._mark_pending(pipe, block, epoch, task_id)
+        pipe.execute()
+        self._send(block, epoch, input_expr, task_id)
+
+    def _mark_pending(self, pipe: Any, block: Block, epoch: int, task_id: str, **extra: Any) -> None:
+        status = json.dumps({
+            "state": "pending", "worker": block.worker_id, "block": block.index, "epoch": epoch,
+            "task_id": task_id, "queued_at": time.time(), **extra,
+        })  # fmt: skip
+        pipe.hset(self.state.nodes, mapping=dict.fromkeys(block.task_node_ids(), status))
+
+    def _send(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
+        soft_s, hard_s = self.program.time_limits_s
         self.context.app.send_task(
             NODE_TASK,
             kwargs={"run_id": self.run_id, "block": block.index, "epoch": epoch, "input": input_expr},
-            queue=queue_name(worker),
+            queue=queue_name(block.worker_id or ""),
             task_id=task_id,
-            kwargsrepr=_describe(self.run_id, nodes, epoch),
+            kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
+            soft_time_limit=soft_s,
+            time_limit=hard_s,
         )
 
     def run_finished(self, status: str, output: Expr | None) -> None:
@@ -85,7 +107,9 @@ class CeleryDispatcher:
                 missing.setdefault(f"{ref['node_id']}#{ref.get('iteration', 0)}", ref)
         return list(missing.values()), direct
 
-    def _transfer_chain(self, ref: dict[str, Any], worker: str, block: Block, epoch: int) -> chain:
+    def _transfer_chain(
+        self, ref: dict[str, Any], worker: str, block: Block, epoch: int, task_id: str
+    ) -> chain:
         app = self.context.app
         steps: list[Signature] = []
         source = ref.get("worker_id")
@@ -96,14 +120,10 @@ class CeleryDispatcher:
         steps.append(app.signature(TRANSFER_DOWNLOAD_TASK, args=(ref,), immutable=True,
                                    queue=queue_name(worker), argsrepr=shown))
         steps.append(app.signature(
-            INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref), immutable=True,
+            INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
             queue=queue_name(worker), argsrepr=shown,
         ))  # fmt: skip
         return chain(*steps)
-
-    def _log_transfers(self, block: Block, worker: str, refs: list[dict[str, Any]], kind: str) -> None:
-        records = [transfer_record(ref, block, worker, kind) for ref in refs]
-        self.state.client.rpush(self.state.transfers, *records)
 
 
 def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:

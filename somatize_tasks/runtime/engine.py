@@ -79,11 +79,14 @@ class Engine:
 
     # --- completions -----------------------------------------------------------------
 
-    def leaf_done(self, bid: int, epoch: int, result: LeafResult) -> None:
-        """A task block's nodes ran; record it (once) and move the run on."""
+    def leaf_done(self, bid: int, epoch: int, result: LeafResult) -> bool:
+        """A task block's nodes ran; record it (once) and move the run on.
+
+        False if it was not recorded: a duplicate, or the run had ended.
+        """
         block = self.program.blocks[bid]
         if not self.state.record_leaf(bid, epoch, block.task_node_ids(), result):
-            return
+            return False
         node = block.node
         try:
             if isinstance(node, Branch):
@@ -99,6 +102,7 @@ class Engine:
                 self.complete(bid, epoch, result.output)
         except ControlFlowError as exc:
             self.fail(block, exc, result.worker_id)
+        return True
 
     def _skip_others(self, block: Block, chosen: int | None) -> None:
         """The arms (handoffs) not taken will not run: say so, so progress can finish."""

@@ -7,6 +7,7 @@ in another process sees exactly what the submitting process sees.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
 from somatize_tasks.runtime.values import Expr, materialize
 from somatize_tasks.settings import Settings, redacted_url
 from somatize_tasks.store import ArtifactRef
+
+log = logging.getLogger(__name__)
 
 
 class RunError(SomatizeError):
@@ -99,6 +102,8 @@ class PlanRun:
         self.distribution = distribution
         self._context = context
         self._state = context.state(run_id)
+        self._reaper: Any = None
+        self._next_watch = 0.0
 
     @classmethod
     def attach(cls, run_id: str, settings: Settings | None = None) -> PlanRun:
@@ -169,6 +174,7 @@ class PlanRun:
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
+            self._watch()
             _guarded(
                 self._context.settings,
                 lambda r=remaining: self._context.redis.blpop([self._state.finished], timeout=min(1.0, r)),
@@ -208,6 +214,23 @@ class PlanRun:
         return True
 
     # --- helpers ---------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """While waiting, this producer is one of the run's watchers (see the reaper)."""
+        from somatize_tasks.runtime.reaper import Reaper
+
+        now = time.monotonic()
+        if now < self._next_watch:
+            return
+        self._next_watch = now + self._context.settings.heartbeat_interval_s
+        if self._reaper is None:
+            self._reaper = Reaper(self._context)
+        try:
+            self._reaper.repair(self.id)
+        except RedisConnectionError:
+            raise
+        except Exception:  # a failed repair attempt must not break waiting
+            log.exception("run %s: repair attempt failed", self.id)
 
     def _materialize(self, expr: Expr, timeout: float = 60.0) -> Any:
         """Read an output here, asking the worker that holds a value to share it first."""

@@ -29,6 +29,7 @@ from scheduler import (
     Parallel,
     PlanNode,
     Remote,
+    RemoteTarget,
     Sequence,
     Step,
     Stream,
@@ -75,10 +76,27 @@ class Program:
     ops: dict[str, str]
     signal_nodes: frozenset[str]
     node_count: int
+    version: int = 0
+    block_by_node: dict[str, Block] = field(default_factory=dict)
+    #: Per-node ``(soft, hard)`` time limits in seconds, fixed by the submitter.
+    time_limits_s: tuple[float | None, float | None] = (None, None)
 
     @property
     def root(self) -> Block:
         return self.blocks[0]
+
+    def block_of(self, node_id: str) -> Block | None:
+        """The task block that runs ``node_id`` (None for a Loop controller)."""
+        return self.block_by_node.get(node_id)
+
+    def target_of(self, block: Block) -> RemoteTarget | None:
+        """The nearest enclosing ``Remote`` target: what a re-placement must honour."""
+        current: Block | None = block
+        while current is not None:
+            if isinstance(current.node, Remote):
+                return current.node.target
+            current = None if current.parent is None else self.blocks[current.parent]
+        return None
 
     def op_candidates(self, node_id: str) -> list[str]:
         """Catalog names to try for ``node_id``, best first.
@@ -101,6 +119,8 @@ def compile_program(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     ops: Mapping[str, str] | None = None,
     local_worker: str = "local",
+    version: int = 0,
+    time_limits_s: tuple[float | None, float | None] = (None, None),
 ) -> Program:
     """Flatten ``plan`` into blocks; without a distribution, every node is local."""
     worker_of = distribution.worker_of() if distribution is not None else {}
@@ -126,6 +146,9 @@ def compile_program(
         ops=dict(ops or {}),
         signal_nodes=_signal_nodes(plan.root),
         node_count=len(plan.node_ids()),
+        version=version,
+        block_by_node={n: b for b in blocks for n in b.task_node_ids()},
+        time_limits_s=time_limits_s,
     )
 
 

@@ -59,9 +59,12 @@ redis.call('HSET', KEYS[1], 'e:' .. epoch, ARGV[1])
 return epoch
 """
 
-# KEYS: meta, finished, then every key to expire. ARGV: status, field json pairs..., ttl.
+# KEYS: active runs, meta, finished, then every key to expire. ARGV: status, finished at,
+# field, value, ttl, run id.
 _FINISH = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if redis.call('HGET', KEYS[2], 'status') ~= 'running' then return 0 end
+redis.call('SREM', KEYS[1], ARGV[6])
+table.remove(KEYS, 1)
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) end
 redis.call('RPUSH', KEYS[2], ARGV[1])
@@ -69,11 +72,21 @@ for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
 return 1
 """
 
-# KEYS: meta, nodes. ARGV: state json, node ids...
+# KEYS: meta, nodes. ARGV: state json, task id, node ids...
+# Returns -1 when the task must not run (the run ended, the node is done, or
+# this message is stale: the node was re-dispatched under another task id),
+# else the run's distribution version.
 _MARK_RUNNING = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-for i = 2, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
-return 1
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return -1 end
+local current = redis.call('HGET', KEYS[2], ARGV[3])
+if current then
+  local state = cjson.decode(current)
+  if state['state'] == 'done' or (state['task_id'] and state['task_id'] ~= ARGV[2]) then
+    return -1
+  end
+end
+for i = 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
+return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 """
 
 
@@ -94,6 +107,7 @@ class RedisRunState:
         self.done = keys.run(run_id, "done")
         self.finished = keys.run(run_id, "finished")
         self.transfers = keys.run(run_id, "transfers")
+        self.active_runs = keys.active_runs
         self._record = client.register_script(_RECORD_LEAF)
         self._join = client.register_script(_JOIN)
         self._new_epoch = client.register_script(_NEW_EPOCH)
@@ -181,13 +195,23 @@ class RedisRunState:
         pipe.sadd(self.done, *nodes)
         pipe.execute()
 
-    def mark_running(self, nodes: list[str], worker_id: str, epoch: int, task_id: str) -> bool:
-        """Nodes start; False if the run is no longer running (skip the work)."""
+    def mark_running(self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str) -> int | None:
+        """Nodes start: the run's distribution version, or None if this task must not run.
+
+        None when the run ended, the block already completed, or the message
+        is stale (the block was re-dispatched elsewhere under a new task id).
+        """
         status = _dumps({
-            "state": RUNNING, "worker": worker_id, "epoch": epoch,
+            "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
-        return bool(self._mark_running(keys=[self.meta, self.nodes], args=[status, *nodes]))
+        version = int(self._mark_running(keys=[self.meta, self.nodes], args=[status, task_id, *nodes]))
+        return None if version < 0 else version
+
+    def task_is_current(self, node_id: str, task_id: str) -> bool:
+        """Whether ``task_id`` is still the task a node waits for (not re-dispatched)."""
+        raw = self.client.hget(self.nodes, node_id)
+        return raw is not None and json.loads(raw).get("task_id") == task_id
 
     def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
         field, value = ("", "")
@@ -195,8 +219,9 @@ class RedisRunState:
             field, value = "output", _dumps(output)
         elif error is not None:
             field, value = "error", _dumps(error)
-        args = [status, str(time.time()), field, value, self.ttl_s]
-        keys = [self.meta, self.finished, self.results, self.nodes, self.done, self.transfers]
+        args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
+        keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
+                self.transfers]
         return bool(self._finish(keys=keys, args=args))
 
     # --- reading, for PlanRun ----------------------------------------------------------

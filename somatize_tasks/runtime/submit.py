@@ -16,7 +16,15 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduler import DistributionPlan, ExecutionPlan, load_plan, schedule, schedule_study
+from scheduler import (
+    DistributionPlan,
+    ExecutionPlan,
+    PlacementError,
+    WorkerInfo,
+    load_plan,
+    schedule,
+    schedule_study,
+)
 from somatize_tasks.catalog import Catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.errors import SomatizeError
@@ -66,7 +74,7 @@ def submit_plan(
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     workers = _guarded(settings, lambda: Registry.from_settings(settings, context.redis).live())
-    distribution = schedule(execution_plan, [w.info for w in workers], differentiable_nodes)
+    distribution = _place(execution_plan, [w.info for w in workers], differentiable_nodes)
     if distribution.is_local:
         return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
     return _start(context, execution_plan, distribution, input, params, ops)
@@ -123,6 +131,27 @@ class StudyRun:
             run.cancel()
 
 
+def _place(plan: ExecutionPlan, workers: list[WorkerInfo], differentiable: Iterable[str]) -> DistributionPlan:
+    """Schedule; a target whose workers are only busy (not missing) queues on them.
+
+    The scheduler rejects a ``Remote`` whose every eligible worker is full
+    ("not now"). A submitted run would rather wait in that worker's queue,
+    so the full workers are offered again with one slot each, ranked last.
+    """
+    try:
+        return schedule(plan, workers, differentiable)
+    except PlacementError as exc:
+        if "at capacity" not in exc.rejections:
+            raise
+        relaxed = [
+            w if w.has_capacity else w.model_copy(update={"active_jobs": max(0, w.max_concurrent - 1)})
+            for w in workers
+        ]
+        distribution = schedule(plan, relaxed, differentiable)
+        distribution.warnings.append(f"{exc} The node waits in the busy worker's queue.")
+        return distribution
+
+
 def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
     phases = [p for p in study.phases if p.phase_type.trial_index == index]
     return DistributionPlan(
@@ -161,7 +190,8 @@ def _start(
     ops: Mapping[str, str] | None,
 ) -> PlanRun:
     run_id = uuid.uuid4().hex[:16]
-    program = compile_program(plan, distribution, params=params, ops=ops)
+    limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
+    program = compile_program(plan, distribution, params=params, ops=ops, time_limits_s=limits)
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, input)
@@ -175,11 +205,14 @@ def _start(
         "node_count": program.node_count,
         "node_ids": json.dumps(plan.node_ids()),
         "created_at": time.time(),
+        "version": 0,
+        "time_limits": json.dumps(limits),
     }
     pipe = context.redis.pipeline()
     pipe.hset(state.meta, mapping=meta)
     pipe.expire(state.meta, context.settings.run_ttl_s)
     pipe.zadd(context.keys.runs, {run_id: time.time()})
+    pipe.sadd(context.keys.active_runs, run_id)
     pipe.execute()
     for warning in distribution.warnings:
         log.warning("run %s: %s", run_id, warning)

@@ -23,13 +23,16 @@ from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import INPUT_READY_TASK, NODE_TASK, CeleryDispatcher, transfer_record
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.reaper import finish_recompute
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
 
 
-def _engine(context: RunContext, run_id: str) -> tuple[Engine, CeleryDispatcher] | None:
-    program = context.program(run_id)
+def _engine(
+    context: RunContext, run_id: str, *, refresh: bool = False
+) -> tuple[Engine, CeleryDispatcher] | None:
+    program = context.program(run_id, refresh=refresh)
     if program is None:
         log.warning("run %s is unknown to Redis (expired or never submitted); dropping", run_id)
         return None
@@ -47,9 +50,13 @@ def execute_block(context: RunContext, run_id: str, bid: int, epoch: int, input_
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
-    if not state.mark_running(nodes, context.worker_id, epoch, task_id):
-        log.info("run %s is no longer running; skipping %s", run_id, nodes)
+    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id)
+    if version is None:
+        log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return
+    if version != engine.program.version:
+        engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
+        block = engine.program.blocks[bid]
     try:
         result = run_block(
             engine.program, block, run_id, epoch, input_expr,
@@ -59,7 +66,10 @@ def execute_block(context: RunContext, run_id: str, bid: int, epoch: int, input_
         state.mark_nodes(nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}")
         engine.fail(block, exc, context.worker_id)
         raise
-    engine.leaf_done(bid, epoch, result)
+    if not engine.leaf_done(bid, epoch, result):
+        # Already recorded: either a duplicate (dropped) or a recomputation the
+        # reaper asked for, whose new outputs go to the blocks waiting for them.
+        finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
 
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
@@ -70,7 +80,9 @@ def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: E
 
 
 @shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)
-def input_ready(self: Task[Any, Any], run_id: str, block: int, epoch: int, ref: dict[str, Any]) -> None:
+def input_ready(
+    self: Task[Any, Any], run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
     found = _engine(context, run_id)
@@ -79,10 +91,12 @@ def input_ready(self: Task[Any, Any], run_id: str, block: int, epoch: int, ref: 
     engine, dispatcher = found
     state = dispatcher.state
     target = engine.program.blocks[block]
+    if not state.task_is_current(target.task_node_ids()[0], task_id):
+        return  # the block was re-dispatched since; this transfer chain is stale
     pipe = state.client.pipeline()
     pipe.rpush(state.transfers, transfer_record(ref, target, context.worker_id, "s3"))
     pipe.hincrby(state.results, f"p:{block}:{epoch}", -1)
     remaining = pipe.execute()[1]
     if remaining == 0 and state.is_active():
         input_expr = json.loads(state.client.hget(state.results, f"i:{block}:{epoch}"))
-        dispatcher.publish_node(target, epoch, input_expr)
+        dispatcher.publish_node(target, epoch, input_expr, task_id)

@@ -135,8 +135,11 @@ def test_two_runs_at_once_share_the_workers(settings: Settings, two_workers: Wor
     results: list[Any] = []
 
     def submit_and_wait() -> None:
-        run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
-        results.append(run.wait(timeout=60))
+        try:
+            run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
+            results.append(run.wait(timeout=60))
+        except Exception as exc:  # reported by the assertion below
+            results.append(repr(exc))
 
     threads = [threading.Thread(target=submit_and_wait) for _ in range(2)]
     for thread in threads:

@@ -1,0 +1,355 @@
+"""The reaper: runs survive a worker's death.
+
+Celery on Redis strands work in a dead worker's queue (nothing else reads
+it, and an unacked message only comes back to that same queue). So a run
+is repaired from its own state, not from the broker:
+
+Who watches
+    Every live worker runs a reaper thread (:class:`ReaperStep`), each
+    producer's ``PlanRun.wait`` sweeps its own run, and
+    ``somatize-tasks reaper`` runs one on its own. A lease per run
+    (``<p>:run:<id>:lease``, ``SET NX PX``) lets one of them repair a run at
+    a time; the others skip it.
+What a repair does
+    1. Finds the blocks of the run that are pending or running on a worker
+       whose heartbeat expired.
+    2. Moves every node the dead worker held to a live worker that
+       satisfies its ``Remote`` target (the least loaded one; a dead
+       worker's nodes move together, keeping rule 1), records the new
+       distribution and bumps its version, so every process reloads it.
+    3. Re-dispatches the stranded blocks under new task ids. Inputs already
+       inline or in the shared store are reused; an input that lived only
+       in the dead worker's cache is recomputed first, from its own saved
+       input (recursively), and the block waits for it.
+    4. Drops the dead worker's queue. A copy of an old message that still
+       runs somewhere later is refused by ``mark_running`` (task id
+       mismatch), and if a duplicate completes anyway, the first result
+       recorded wins.
+What it cannot fix
+    A node pinned (``WorkerId``) to the dead worker, or needing a tag no
+    live worker has, fails the run after ``reroute_grace_s`` (the worker
+    may come back). A node running past ``node_time_limit_s`` fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from celery import bootsteps
+from redis import Redis
+
+from scheduler import (
+    DistributionPlan,
+    Execute,
+    ExecutionPlan,
+    PlacementError,
+    PlanNode,
+    Remote,
+    RemoteTarget,
+    WorkerInfo,
+    schedule,
+)
+from somatize_tasks.celery_app import settings_of
+from somatize_tasks.keys import queue_name
+from somatize_tasks.registry import Registry
+from somatize_tasks.runtime.context import RunContext, run_context
+from somatize_tasks.runtime.dispatch import CeleryDispatcher
+from somatize_tasks.runtime.engine import Engine
+from somatize_tasks.runtime.program import Block, Program
+from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.runtime.values import Expr, refs_in
+from somatize_tasks.store import ArtifactRef
+
+log = logging.getLogger(__name__)
+
+UNFINISHED = ("pending", "running")
+NOT_WORKERS = ("producer", "local", None)
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Stranded(Exception):
+    """A node cannot be re-placed yet (no live worker satisfies its target)."""
+
+
+class Reaper:
+    """Repairs the runs of one Redis/key prefix; safe to run in many processes at once."""
+
+    def __init__(self, context: RunContext, owner: str | None = None) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.registry = Registry.from_settings(context.settings, context.redis)
+        self._release = context.redis.register_script(_RELEASE)
+
+    def sweep(self) -> list[str]:
+        """Repair every active run that needs it; the ids of the runs repaired."""
+        live = self._live()
+        repaired = []
+        for raw in self.context.redis.smembers(self.context.keys.active_runs):
+            run_id = raw.decode()
+            if self.repair(run_id, live):
+                repaired.append(run_id)
+        return repaired
+
+    def repair(self, run_id: str, live: dict[str, WorkerInfo] | None = None) -> bool:
+        """Repair one run if no other watcher holds its lease; True if anything moved."""
+        lease = self.context.keys.run(run_id, "lease")
+        lease_ms = int(max(10.0, 5 * self.settings.heartbeat_ttl_s) * 1000)
+        if not self.context.redis.set(lease, self.owner, nx=True, px=lease_ms):
+            return False
+        try:
+            return _Repair(self, run_id, live if live is not None else self._live()).run()
+        finally:
+            self._release(keys=[lease], args=[self.owner])
+
+    def _live(self) -> dict[str, WorkerInfo]:
+        return {seen.info.id: seen.info for seen in self.registry.live()}
+
+
+class _Repair:
+    """One repair of one run (see the module docstring)."""
+
+    def __init__(self, reaper: Reaper, run_id: str, live: dict[str, WorkerInfo]) -> None:
+        self.reaper = reaper
+        self.context = reaper.context
+        self.run_id = run_id
+        self.live = live
+        self.state: RedisRunState = reaper.context.state(run_id)
+        self.redis: Redis = reaper.context.redis
+
+    def run(self) -> bool:
+        program = self.context.program(self.run_id, refresh=True)
+        if program is None or not self.state.is_active():
+            self.redis.srem(self.context.keys.active_runs, self.run_id)
+            return False
+        nodes = {k.decode(): json.loads(v) for k, v in self.redis.hgetall(self.state.nodes).items()}
+        if self._fail_overdue(program, nodes):
+            return True
+        stranded = self._stranded(nodes)
+        if not stranded:
+            return False
+        dead = {nodes[n]["worker"] for n in stranded}
+        try:
+            program = self._replace(program, dead)
+        except Stranded as exc:
+            self._fail_after_grace(program, str(exc), dead)
+            return False
+        dispatcher = CeleryDispatcher(self.context, self.run_id, program, self.state)
+        for bid, epoch in sorted({(nodes[n]["block"], nodes[n]["epoch"]) for n in stranded}):
+            self._redispatch(program, dispatcher, program.blocks[bid], epoch)
+        self._drop_queues(dead)
+        log.warning("run %s: re-routed %s from dead worker(s) %s", self.run_id, sorted(stranded), sorted(dead))
+        return True
+
+    # --- finding what is stuck ------------------------------------------------------
+
+    def _stranded(self, nodes: dict[str, dict[str, Any]]) -> list[str]:
+        return [
+            node_id
+            for node_id, status in nodes.items()
+            if status.get("state") in UNFINISHED
+            and status.get("worker") not in NOT_WORKERS
+            and status.get("worker") not in self.live
+            and "block" in status
+        ]
+
+    def _fail_overdue(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
+        """A node running past its hard time limit was killed; fail its run."""
+        limit = program.time_limits_s[1]
+        if limit is None:
+            return False
+        slack = 2 * self.reaper.settings.heartbeat_ttl_s
+        now = time.time()
+        for node_id, status in nodes.items():
+            started = status.get("started_at")
+            if status.get("state") == "running" and started and now - started > limit + slack:
+                message = (f"node '{node_id}' ran past its time limit of {limit:g} s on worker "
+                           f"'{status.get('worker')}' and was stopped")
+                self._fail(program, node_id, status.get("worker"), message, "NodeTimeLimitExceeded")
+                return True
+        return False
+
+    # --- moving nodes -----------------------------------------------------------------
+
+    def _replace(self, program: Program, dead: set[str]) -> Program:
+        """Move every node of the dead workers to live ones; store the new distribution."""
+        raw = self.redis.hget(self.state.meta, "distribution")
+        distribution = DistributionPlan.model_validate_json(raw or b"{}")
+        chosen: dict[tuple[str, str], tuple[str, str]] = {}
+        for assignment in distribution.assignments:
+            if assignment.worker_id not in dead:
+                continue
+            block = program.block_of(assignment.node_id)
+            target = program.target_of(block) if block is not None else None
+            key = (assignment.worker_id, target.model_dump_json() if target else "")
+            if key not in chosen:
+                chosen[key] = self._new_home(assignment.node_id, assignment.worker_id, target)
+            assignment.worker_id, assignment.worker_name = chosen[key]
+            assignment.reason = f"re-placed: its worker died ({assignment.reason})"
+        pipe = self.redis.pipeline()
+        pipe.hset(self.state.meta, "distribution", distribution.model_dump_json())
+        pipe.hincrby(self.state.meta, "version", 1)
+        pipe.execute()
+        refreshed = self.context.program(self.run_id, refresh=True)
+        assert refreshed is not None
+        return refreshed
+
+    def _new_home(self, node_id: str, old: str, target: RemoteTarget | None) -> tuple[str, str]:
+        """Where the scheduler would put this node now: ``(worker id, name)``.
+
+        Asks :func:`scheduler.schedule` itself (a one-node plan with the
+        node's target), so re-placement follows the same filters and scores.
+        """
+        probe: PlanNode = Execute(node_id=node_id)
+        if target is not None:
+            probe = Remote(node_id=node_id, target=target, plan=probe)
+        try:
+            placed = schedule(ExecutionPlan.of(probe), list(self.live.values()))
+        except PlacementError as exc:
+            raise Stranded(
+                f"node '{node_id}' was on worker '{old}', which died, and needs "
+                f"{target.describe() if target else 'a worker'}: no live worker can take it ({exc})"
+            ) from None
+        if not placed.assignments:
+            raise Stranded(f"node '{node_id}' was on worker '{old}', which died: no live worker left")
+        return placed.assignments[0].worker_id, placed.assignments[0].worker_name
+
+    def _fail_after_grace(self, program: Program, message: str, dead: Iterable[str]) -> None:
+        field = "g:" + ",".join(sorted(dead))
+        self.redis.hsetnx(self.state.results, field, time.time())
+        since = float(self.redis.hget(self.state.results, field) or time.time())
+        grace = self.reaper.settings.reroute_grace_s
+        if time.time() - since >= grace:
+            self._fail(program, None, ",".join(sorted(dead)),
+                       f"{message} (waited {grace:g} s for it to come back)", "WorkerLost")
+
+    def _fail(self, program: Program, node_id: str | None, worker: str | None, message: str, kind: str) -> None:
+        detail = {"node_id": node_id, "worker_id": worker, "type": kind, "message": message,
+                  "traceback": ""}
+        if self.state.finish("failed", error=detail):
+            log.error("run %s failed: %s", self.run_id, message)
+
+    # --- dispatching again ------------------------------------------------------------
+
+    def _redispatch(self, program: Program, dispatcher: CeleryDispatcher, block: Block, epoch: int) -> None:
+        input_expr = self.state.load_input(block.index, epoch)
+        producers = self._lost_producers(program, input_expr)
+        if not producers:
+            dispatcher.dispatch(block, epoch, input_expr)
+            return
+        # Inputs that lived only on the dead worker: recompute them first.
+        self.redis.hset(self.state.results, f"rn:{block.index}:{epoch}", len(producers))
+        for producer, producer_epoch in producers:
+            field = f"rw:{producer.index}:{producer_epoch}"
+            waiting = json.loads(self.redis.hget(self.state.results, field) or b"[]")
+            waiting.append([block.index, epoch])
+            self.redis.hset(self.state.results, mapping={
+                field: json.dumps(waiting), f"rc:{producer.index}:{producer_epoch}": 1,
+            })  # fmt: skip
+            self._redispatch(program, dispatcher, producer, producer_epoch)
+
+    def _lost_producers(self, program: Program, input_expr: Expr) -> list[tuple[Block, int]]:
+        lost: dict[tuple[int, int], tuple[Block, int]] = {}
+        shared = self.context.store.shared
+        for ref in refs_in(input_expr):
+            if ref.get("inline") is not None or ref.get("worker_id") in self.live:
+                continue
+            artifact = ArtifactRef.model_validate(ref)
+            if shared.exists(artifact.key, artifact.size):
+                continue
+            block = program.block_of(artifact.node_id)
+            if block is not None:
+                lost[(block.index, artifact.iteration)] = (block, artifact.iteration)
+        return list(lost.values())
+
+    def _drop_queues(self, dead: Iterable[str]) -> None:
+        broker = self.reaper.settings.broker
+        if not broker.startswith(("redis://", "rediss://")):
+            return
+        client = Redis.from_url(broker) if broker != self.reaper.settings.redis_url else self.redis
+        for worker_id in dead:
+            client.delete(queue_name(worker_id))
+
+
+def finish_recompute(context: RunContext, engine: Engine, dispatcher: CeleryDispatcher,
+                     block: Block, epoch: int, outputs: dict[str, Expr]) -> bool:
+    """After a recomputed block ran: hand its new outputs to the blocks waiting for them.
+
+    Returns False when the block was not a recomputation (advance as usual).
+    """
+    state = dispatcher.state
+    if not context.redis.hdel(state.results, f"rc:{block.index}:{epoch}"):
+        return False
+    new_refs = {
+        (e["ref"]["node_id"], e["ref"].get("iteration", 0)): e for e in outputs.values() if "ref" in e
+    }
+    pipe = context.redis.pipeline()
+    for node_id, expr in outputs.items():
+        pipe.hset(state.results, f"n:{node_id}:{epoch}", json.dumps(expr))
+    pipe.hget(state.results, f"rw:{block.index}:{epoch}")
+    pipe.hdel(state.results, f"rw:{block.index}:{epoch}")
+    waiting = json.loads(pipe.execute()[-2] or b"[]")
+    state.mark_nodes(block.task_node_ids(), "done", context.worker_id, epoch, recomputed=True)
+    for bid, dependent_epoch in waiting:
+        saved = state.load_input(bid, dependent_epoch)
+        state.save_input(bid, dependent_epoch, _replace_refs(saved, new_refs))
+        if context.redis.hincrby(state.results, f"rn:{bid}:{dependent_epoch}", -1) <= 0:
+            dependent = engine.program.blocks[bid]
+            dispatcher.dispatch(dependent, dependent_epoch, state.load_input(bid, dependent_epoch))
+    return True
+
+
+def _replace_refs(expr: Expr, new_refs: dict[tuple[str, int], Expr]) -> Expr:
+    if "ref" in expr:
+        key = (expr["ref"]["node_id"], expr["ref"].get("iteration", 0))
+        return new_refs.get(key, expr)
+    if "map" in expr:
+        return {"map": {k: _replace_refs(v, new_refs) for k, v in expr["map"].items()}}
+    return expr
+
+
+class ReaperStep(bootsteps.StartStopStep):
+    """Worker bootstep: a reaper thread in the main process, sweeping every interval."""
+
+    label = "Somatize reaper"
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, parent: Any) -> None:
+        settings = settings_of(parent.app)
+        if not settings.reaper_enabled:
+            return
+        context = run_context(parent.app, settings)
+        self._thread = threading.Thread(
+            target=self._loop, args=(Reaper(context), settings.heartbeat_interval_s),
+            name="somatize-reaper", daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+
+    def _loop(self, reaper: Reaper, interval_s: float) -> None:
+        while not self._stop.wait(interval_s * random.uniform(0.8, 1.2)):
+            try:
+                reaper.sweep()
+            except Exception:  # never let one bad sweep end the thread
+                log.exception("reaper sweep failed; retrying next interval")
+
+    def stop(self, parent: Any) -> None:
+        self._stop.set()
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
