@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "runs",
     "demo",
     "timeline",
+    "cluster",
 )
 
 for _name in _COMMAND_MODULES:

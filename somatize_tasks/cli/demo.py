@@ -13,15 +13,11 @@ SIGHUP, and when a step fails.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
-import signal
 import tempfile
 import time
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -33,6 +29,7 @@ from somatize_tasks.cli.common import friendly_errors
 from somatize_tasks.cli.plan import print_report
 from somatize_tasks.cli.runs import follow, status_table
 from somatize_tasks.local_cluster import LocalCluster, worker_specs
+from somatize_tasks.local_cluster.processes import interrupts_raise
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.handle import PlanRun, RunError, RunStatus
 from somatize_tasks.runtime.submit import submit_plan
@@ -59,23 +56,6 @@ def demo_params(pause_s: float) -> dict[str, dict[str, Any]]:
     return params
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, treated like Ctrl-C so every ``finally`` runs."""
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 @main.command("demo")
 @click.option("--pace", "pause_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds each example node sleeps, so the run can be watched (0: full speed).")
@@ -88,7 +68,7 @@ def demo(pause_s: float, timeline_path: Path | None) -> None:
     console.print("[bold]somatize-tasks demo[/bold]: a local cluster runs the example pipeline "
                   "(fork-join, a Remote to tag gpu, a Branch and a Loop)\n")
     try:
-        with terminate_as_interrupt(), tempfile.TemporaryDirectory(
+        with interrupts_raise(), tempfile.TemporaryDirectory(
             prefix="somatize-demo-", ignore_cleanup_errors=True
         ) as root:
             # Values over 1 KiB go through the shared store (upload, download), so

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 _PR_SET_PDEATHSIG = 1
 
@@ -102,7 +103,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the leader of a new process group, output to ``log_path``."""
     tie = tie_to_parent and sys.platform.startswith("linux")
-    with log_path.open("ab") as log:
+    with log_path.open("ab") as log, interrupts_held():
         return subprocess.Popen(
             list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
@@ -167,3 +168,56 @@ def signals_deferred(*signals: int) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP, raised so that every ``finally`` runs."""
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Inside the block a signal is noted, and raised when the block ends.
+
+    Forking runs Python callbacks (``os.register_at_fork``, e.g. logging's)
+    where an exception is printed and dropped: an interrupt raised there
+    would be lost, and the demo would carry on as if nothing happened.
+    """
+    depth = getattr(_held, "depth", 0)
+    _held.depth = depth + 1
+    try:
+        yield
+    finally:
+        _held.depth = depth
+        pending = getattr(_held, "pending", None)
+        if depth == 0 and pending is not None:
+            _held.pending = None
+            raise Interrupted(pending)
+
+
+@contextlib.contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (named after the signal).
+
+    Main thread only; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if getattr(_held, "depth", 0):
+            _held.pending = getattr(_held, "pending", None) or name
+            return
+        raise Interrupted(name)
+
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in watched}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
