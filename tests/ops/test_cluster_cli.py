@@ -1,0 +1,69 @@
+"""``somatize-tasks cluster up`` -> ``submit --wait`` with its exports -> ``cluster down``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from tests.ops.helpers import cli, cli_env, marked_processes, new_marker, wait_no_marked
+
+EXAMPLES = resources.files("somatize_tasks.examples")
+
+
+def _run(args: list[str], env: dict[str, str],
+         timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cli(*args), env=env, capture_output=True, text=True, timeout=timeout_s,
+                          check=False)
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    found = dict(re.findall(r"^export (SOMATIZE_[A-Z0-9_]+)=(\S+)$", stdout, flags=re.M))
+    assert found, stdout
+    return found
+
+
+@pytest.mark.slow
+def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
+    marker = new_marker()
+    run_dir = tmp_path / "cluster"
+    env = cli_env(marker)
+    up = _run(["cluster", "up", "--workers", "2", "--tags", "gpu,cpu", "--run-dir", str(run_dir)],
+              env)
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = _exports(up.stdout)
+        lines = set(up.stdout.strip().splitlines())
+        assert lines == {f"export {k}={v}" for k, v in exports.items()}  # nothing else on stdout
+        assert len(marked_processes(marker)) >= 3  # Redis and two workers outlive `up`
+
+        again = _run(["cluster", "up", "--run-dir", str(run_dir)], env)
+        assert again.returncode == 1 and "already running" in again.stderr
+
+        listed = _run(["cluster", "env", "--run-dir", str(run_dir)], env)
+        assert _exports(listed.stdout) == exports
+        status = _run(["cluster", "status", "--run-dir", str(run_dir)], env)
+        assert status.returncode == 0 and "2 live worker(s)" in status.stdout, status.stderr
+
+        submit = _run(["submit", str(EXAMPLES / "pipeline.plan.json"),
+                       "--params", str(EXAMPLES / "pipeline.params.json"),
+                       "--wait", "--json", "--require-workers", "--timeout", "60"],
+                      {**env, **exports})
+        assert submit.returncode == 0, submit.stderr
+        output = json.loads(submit.stdout)
+        assert output["budget"] == 3 and output["accuracy"] == pytest.approx(0.955)
+        assert "local-gpu-1" in submit.stderr  # the distribution shows the gpu worker
+    finally:
+        down = _run(["cluster", "down", "--run-dir", str(run_dir)], env)
+    assert down.returncode == 0, down.stderr
+    assert "stopped 3 process(es)" in down.stderr
+    assert wait_no_marked(marker, timeout_s=5) == []
+    assert not run_dir.exists()
+    gone = _run(["cluster", "down", "--run-dir", str(run_dir)], env)
+    assert gone.returncode == 0 and "nothing to stop" in gone.stderr
+    status = _run(["cluster", "status", "--run-dir", str(run_dir)], env)
+    assert status.returncode == 1 and "no cluster recorded" in status.stderr
