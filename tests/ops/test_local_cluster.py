@@ -40,9 +40,9 @@ def test_the_bundled_redis_server_is_found_without_path(monkeypatch: pytest.Monk
 
 def test_stop_group_kills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
     # A leader that ignores SIGTERM and a child of its own, both in the new group.
-    script = ("import signal, subprocess, sys, time; "
-              "signal.signal(signal.SIGTERM, signal.SIG_IGN); subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); time.sleep(60)")
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    spawn_child = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {stubborn!r}])"
+    script = f"{spawn_child}; {stubborn}"
     proc = spawn([sys.executable, "-c", script], env=dict(os.environ), log_path=tmp_path / "log",
                  tie_to_parent=True)
     time.sleep(0.5)
