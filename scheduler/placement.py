@@ -391,6 +391,7 @@ class _Walk:
         group = self.feasibility.eligible(lane.target)
         outputs: list[str] = []
         branch_workers: list[str] = []
+        pinning = bool(self.differentiable) or self.keep_on_lane
         for branch in node.branches:
             if isinstance(branch, Remote):
                 target: RemoteTarget | None = branch.target
@@ -398,9 +399,16 @@ class _Walk:
                 branch_group = self._group(branch, target)
             else:
                 target, inner, branch_group = lane.target, branch, group
-            branch_lane = self._branch_lane(
-                branch, target, branch_group, inputs, lane, picker=picker, lanes=lanes
+            # Rule 3 or a trial may fix the worker; otherwise load decides, and
+            # branches on one worker for one reason share a Lane.
+            branch_lane = (
+                self._pinned_lane(branch, target, inputs, lane, picker) if pinning else None
             )
+            if branch_lane is None:
+                worker, free = picker.pick(branch_group, _wants_gpu(target))
+                branch_lane = lanes.get((worker.id, free, id(branch_group)))
+                if branch_lane is None:
+                    branch_lane = self._load_lane(worker, free, target, branch_group, lanes)
             branch_workers.append(branch_lane.worker_id)
             if phases.phase is PARALLEL:  # the phase names branch workers at the end
                 phases.worker_id = branch_lane.worker_id
@@ -419,36 +427,37 @@ class _Walk:
 
     # --- choosing a worker for a new lane -------------------------------------------
 
-    def _branch_lane(
+    def _pinned_lane(
         self,
         branch: PlanNode,
         target: RemoteTarget | None,
-        group: list[WorkerInfo],
         inputs: Ids,
         lane: Lane,
-        *,
         picker: BranchPicker,
+    ) -> Lane | None:
+        """The lane of a branch whose worker a rule fixes (differentiable, trial);
+        it still takes a slot there when one is free. None: load decides."""
+        pinned = self._rule_pinned(branch, target, inputs, lane)
+        if pinned is None:
+            return None
+        worker_id, reason = pinned
+        took_slot = picker.hold(self.feasibility.worker(worker_id))
+        return Lane(worker_id, reason, target, holds_slot=took_slot)
+
+    @staticmethod
+    def _load_lane(
+        worker: WorkerInfo,
+        free: int,
+        target: RemoteTarget | None,
+        group: list[WorkerInfo],
         lanes: dict[tuple[str, int, int], Lane],
     ) -> Lane:
-        """The lane of the next branch of a parallel, on a worker of ``group``
-        (those that satisfy ``target``); its worker takes one slot.
-
-        Branches that land on the same worker for the same reason share one
-        Lane (``lanes`` lives as long as the parallel)."""
-        if self.differentiable or self.keep_on_lane:
-            pinned = self._rule_pinned(branch, target, inputs, lane)
-            if pinned is not None:
-                worker_id, reason = pinned
-                took_slot = picker.hold(self.feasibility.worker(worker_id))
-                return Lane(worker_id, reason, target, holds_slot=took_slot)
-        worker, free = picker.pick(group, wants_gpu=_wants_gpu(target))
-        key = (worker.id, free, id(group))
-        found = lanes.get(key)
-        if found is None:
-            reason = _choice_reason(target, group, free, "parallel branch")
-            # An overflowing branch (nothing free) holds no slot, so lends none.
-            found = lanes[key] = Lane(worker.id, reason, target, holds_slot=free > 0)
-        return found
+        """A new lane for branches placed on ``worker`` by load, when it had
+        ``free`` slots (0: overflow) among ``group``."""
+        reason = _choice_reason(target, group, free, "parallel branch")
+        # An overflowing branch (nothing free) holds no slot, so lends none.
+        lane = lanes[worker.id, free, id(group)] = Lane(worker.id, reason, target, free > 0)
+        return lane
 
     def _choose_remote(self, node: Remote, inputs: Ids, lane: Lane) -> tuple[str, str]:
         group = self._group(node, node.target)
