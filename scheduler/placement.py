@@ -171,7 +171,9 @@ def schedule_study(
             walk.place(root, (), Lane(worker.id, reason))
             walk.phases.end_trial()
             walk.flush_transfers()
-        return walk.result()
+        result = walk.result()
+        del walk  # as in schedule()
+    return result
 
 
 def data_edges(plan: ExecutionPlan | PlanNode | Any) -> list[tuple[str, str]]:
