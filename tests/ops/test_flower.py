@@ -38,6 +38,13 @@ class Flower:
     proc: subprocess.Popen[bytes]
     log_path: Path
 
+    def workers_seen(self) -> set[str]:
+        """Worker ids Flower knows from their events (so its event receiver is running)."""
+        status, page = self.get("/workers?json=1")
+        if status != 200:
+            return set()
+        return {w["hostname"].split("@")[0] for w in page["data"] if w.get("status")}
+
     def get(self, path: str, *, auth: bool = True) -> tuple[int, Any]:
         request = urllib.request.Request(self.url + path)
         if auth:
@@ -100,6 +107,9 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     flower: Flower, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
     gpu, cpu = two_workers
+    # Flower answers HTTP before its event receiver consumes; events sent before
+    # that are lost to it. Its workers page lists what the events have shown.
+    assert wait_for(lambda: {gpu.worker_id, cpu.worker_id} <= flower.workers_seen(), 30, 0.3)
     run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
     assert run.wait(timeout=60) == FORK_JOIN_OUTPUT
     status = run.status()
