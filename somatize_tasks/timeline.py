@@ -244,7 +244,8 @@ def _bar(bar: Bar, x: float, y: float, width: float, label_line: int) -> list[st
     took = _fmt_s(bar.seconds)
     title = f"{bar.node_id} on {bar.worker}: {bar.state}, {took}"
     out = [f'<rect class="bar" data-node="{escape(bar.node_id)}" '
-           f'data-worker="{escape(bar.worker)}" data-state="{escape(bar.state)}" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" '
+           f'data-worker="{escape(bar.worker)}" data-state="{escape(bar.state)}" '
+           f'x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" '
            f'height="{BAR_H}" rx="4" fill="{colour}"><title>{escape(title)}</title></rect>']
     label_y = y - 4 - label_line * LABEL_LINE_H
     out.append(_text(x + 1, label_y, bar.node_id, font_size="11", fill="#24292f"))
