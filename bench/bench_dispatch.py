@@ -27,7 +27,7 @@ from celery import chain, chord
 from somatize_tasks import create_app, submit_plan
 from somatize_tasks.keys import queue_name
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, free_port, start_redis_server, _answers
+from tests.conftest import WorkerFactory, _answers, start_redis_server
 
 
 def chain_plan(size: int) -> dict[str, object]:
@@ -36,8 +36,13 @@ def chain_plan(size: int) -> dict[str, object]:
 
 def fork_join_plan(size: int) -> dict[str, object]:
     branches = [{"Execute": {"node_id": f"noop_{i + 3}"}} for i in range(size)]
-    return {"Sequence": [{"Execute": {"node_id": "noop"}}, {"Parallel": branches},
-                         {"Execute": {"node_id": "noop_2"}}]}
+    return {
+        "Sequence": [
+            {"Execute": {"node_id": "noop"}},
+            {"Parallel": branches},
+            {"Execute": {"node_id": "noop_2"}},
+        ]
+    }
 
 
 def median_s(action: Callable[[], object], repeats: int) -> float:
@@ -63,9 +68,15 @@ def main() -> None:
         redis_url = f"redis://127.0.0.1:{port}/0"
     root = Path(tempfile.mkdtemp(prefix="bench-dispatch-"))
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = Settings(redis_url=redis_url, key_prefix=prefix, store_kind="local",
-                        store_dir=root / "store", cache_dir=root / "cache",
-                        heartbeat_interval_s=0.5, worker_id=f"{prefix}-producer")
+    settings = Settings(
+        redis_url=redis_url,
+        key_prefix=prefix,
+        store_kind="local",
+        store_dir=root / "store",
+        cache_dir=root / "cache",
+        heartbeat_interval_s=0.5,
+        worker_id=f"{prefix}-producer",
+    )
     factory = WorkerFactory(settings, root)
     try:
         first = factory.start("a", tags="cpu", nodes="bench.dispatch_nodes")
@@ -75,7 +86,9 @@ def main() -> None:
         noop = app.signature("bench.noop", queue=queue_name(first.worker_id))
 
         def ours(plan: dict[str, object]) -> Callable[[], object]:
-            return lambda: submit_plan(plan, settings=settings, require_workers=True).wait(timeout=600)
+            return lambda: submit_plan(plan, settings=settings, require_workers=True).wait(
+                timeout=600
+            )
 
         def celery_chain() -> object:
             return chain(*[noop.clone() for _ in range(size)]).apply_async().get(timeout=600)
@@ -86,16 +99,27 @@ def main() -> None:
             return chord(header)(callback).get(timeout=600)
 
         rows = [
-            (f"{size}-node chain", median_s(ours(chain_plan(size)), args.repeats),
-             median_s(celery_chain, args.repeats), 1.5),
-            (f"{size}-branch fork-join", median_s(ours(fork_join_plan(size)), args.repeats),
-             median_s(celery_chord, args.repeats), 1.2),
+            (
+                f"{size}-node chain",
+                median_s(ours(chain_plan(size)), args.repeats),
+                median_s(celery_chain, args.repeats),
+                1.5,
+            ),
+            (
+                f"{size}-branch fork-join",
+                median_s(ours(fork_join_plan(size)), args.repeats),
+                median_s(celery_chord, args.repeats),
+                1.2,
+            ),
         ]
         print(f"median of {args.repeats} runs each, 2 workers (prefork, concurrency 2), one Redis")
         print(f"{'workload':24} {'submit_plan':>12} {'plain celery':>13} {'ratio':>7} {'goal':>6}")
         for name, mine, theirs, goal in rows:
             verdict = "ok" if mine / theirs <= goal else "over"
-            print(f"{name:24} {mine:11.3f}s {theirs:12.3f}s {mine / theirs:7.2f} {goal:5.1f}  {verdict}")
+            print(
+                f"{name:24} {mine:11.3f}s {theirs:12.3f}s "
+                f"{mine / theirs:7.2f} {goal:5.1f}  {verdict}"
+            )
     finally:
         factory.close()
         if redis_proc is not None:

@@ -20,7 +20,10 @@ from celery import Celery
 from somatize_tasks.settings import Settings
 
 #: Worker bootsteps, by path so this module need not import them (they import it).
-WORKER_STEPS = ("somatize_tasks.heartbeat:HeartbeatStep", "somatize_tasks.runtime.reaper:ReaperStep")
+WORKER_STEPS = (
+    "somatize_tasks.heartbeat:HeartbeatStep",
+    "somatize_tasks.runtime.reaper:ReaperStep",
+)
 TASK_MODULES = ("somatize_tasks.transfer.tasks", "somatize_tasks.runtime.tasks")
 
 _SSL_CERT_REQS = {

@@ -37,7 +37,8 @@ def load_json_file(path: str | Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise click.ClickException(
-            f"{what} file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            f"{what} file '{file}' is not valid JSON: {exc.msg} "
+            f"at line {exc.lineno}, column {exc.colno}"
         ) from None
 
 

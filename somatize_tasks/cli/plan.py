@@ -136,9 +136,11 @@ def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleI
 # --- the readable report ---------------------------------------------------------------------
 
 
-def print_report(result: DistributionPlan, workers: list[WorkerInfo]) -> None:
+def print_report(
+    result: DistributionPlan, workers: list[WorkerInfo], console: Console | None = None
+) -> None:
     """Per worker its nodes in execution order, then phases, transfers and warnings."""
-    console = Console(highlight=False)
+    console = console or Console(highlight=False)
     phase_of = {n: p.phase_index for p in result.phases for n in p.node_ids}
     moves_in: dict[str, int] = defaultdict(int)
     moves_out: dict[str, int] = defaultdict(int)

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler import DistributionPlan
+from scheduler import DistributionPlan, WorkerInfo
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import (
     friendly_errors,
@@ -26,6 +26,7 @@ from somatize_tasks.cli.common import (
     load_json_file,
     split_modules,
 )
+from somatize_tasks.cli.plan import print_report
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.local import run_local
 from somatize_tasks.runtime.submit import submit_plan
@@ -33,8 +34,14 @@ from somatize_tasks.settings import Settings
 
 people = Console(stderr=True)
 FINISHED = ("done", "failed", "cancelled")
-STATE_STYLE = {"done": "green", "running": "cyan", "failed": "red", "cancelled": "yellow",
-               "skipped": "dim", "pending": "white"}
+STATE_STYLE = {
+    "done": "green",
+    "running": "cyan",
+    "failed": "red",
+    "cancelled": "yellow",
+    "skipped": "dim",
+    "pending": "white",
+}
 
 
 def _json_out(value: Any) -> None:
@@ -42,21 +49,37 @@ def _json_out(value: Any) -> None:
 
 
 def _show_distribution(distribution: DistributionPlan) -> None:
-    from somatize_tasks.cli.plan import distribution_tables
-
-    for renderable in distribution_tables(distribution):
-        people.print(renderable)
+    """The placement report of ``somatize-tasks plan``, for the workers the run uses."""
+    names = {a.worker_id: a.worker_name for a in distribution.assignments}
+    workers = [WorkerInfo(id=wid, name=name) for wid, name in names.items()]
+    print_report(distribution, workers, console=people)
 
 
 plan_argument = click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False))
-input_option = click.option("--input", "input_file", type=click.Path(dir_okay=False),
-                            help="JSON file holding the run's input value.")
-params_option = click.option("--params", "params_file", type=click.Path(dir_okay=False),
-                             help='JSON file mapping node ids to keyword parameters: {"load": {"n": 10}}.')
-ops_option = click.option("--ops", "ops_file", type=click.Path(dir_okay=False),
-                          help="JSON file mapping node ids to catalog names.")
-nodes_option = click.option("--nodes", multiple=True, metavar="MODULE[,MODULE]",
-                            help="Catalog modules to import (for running here).")
+input_option = click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False),
+    help="JSON file holding the run's input value.",
+)
+params_option = click.option(
+    "--params",
+    "params_file",
+    type=click.Path(dir_okay=False),
+    help='JSON file mapping node ids to keyword parameters: {"load": {"n": 10}}.',
+)
+ops_option = click.option(
+    "--ops",
+    "ops_file",
+    type=click.Path(dir_okay=False),
+    help="JSON file mapping node ids to catalog names.",
+)
+nodes_option = click.option(
+    "--nodes",
+    multiple=True,
+    metavar="MODULE[,MODULE]",
+    help="Catalog modules to import (for running here).",
+)
 
 
 def _optional_json(path: str | None, what: str) -> Any:
@@ -69,14 +92,28 @@ def _optional_json(path: str | None, what: str) -> Any:
 @params_option
 @ops_option
 @nodes_option
-@click.option("--wait", is_flag=True, help="Follow the run with a progress bar and print its output.")
-@click.option("--timeout", type=float, default=None, help="With --wait: give up after this many seconds.")
+@click.option(
+    "--wait", is_flag=True, help="Follow the run with a progress bar and print its output."
+)
+@click.option(
+    "--timeout", type=float, default=None, help="With --wait: give up after this many seconds."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON on stdout.")
-@click.option("--require-workers", is_flag=True, help="Fail instead of running here when no worker is live.")
+@click.option(
+    "--require-workers", is_flag=True, help="Fail instead of running here when no worker is live."
+)
 @friendly_errors
-def submit(plan_file: str, input_file: str | None, params_file: str | None, ops_file: str | None,
-           nodes: tuple[str, ...], wait: bool, timeout: float | None, as_json: bool,
-           require_workers: bool) -> None:
+def submit(
+    plan_file: str,
+    input_file: str | None,
+    params_file: str | None,
+    ops_file: str | None,
+    nodes: tuple[str, ...],
+    wait: bool,
+    timeout: float | None,
+    as_json: bool,
+    require_workers: bool,
+) -> None:
     """Submit PLAN.json to the live workers."""
     import_node_modules(split_modules(nodes))
     run = submit_plan(
@@ -109,7 +146,12 @@ def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) 
     per_worker = Counter(a.worker_id for a in run.distribution.assignments)
     assigned = {a.node_id: a.worker_id for a in run.distribution.assignments}
     deadline = None if timeout is None else time.monotonic() + timeout
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=people, transient=False) as bar:
         overall = bar.add_task("[bold]all nodes", total=run.progress().total)
         lanes = {w: bar.add_task(f"  {w}", total=n) for w, n in sorted(per_worker.items())}
@@ -118,7 +160,8 @@ def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) 
             bar.update(overall, completed=run.progress().done)
             done_by = Counter(  # skipped arms and loop controllers count for their lane
                 n.worker or assigned.get(node_id)
-                for node_id, n in status.nodes.items() if n.state in ("done", "skipped")
+                for node_id, n in status.nodes.items()
+                if n.state in ("done", "skipped")
             )
             for worker, task in lanes.items():
                 bar.update(task, completed=done_by.get(worker, 0))
@@ -134,8 +177,7 @@ def status_table(status: RunStatus) -> Table:
     for column in ("node", "state", "worker", "seconds"):
         table.add_column(column)
     for node_id, node in status.nodes.items():
-        took = (f"{node.ended_at - node.started_at:.2f}"
-                if node.started_at and node.ended_at else "")
+        took = f"{node.ended_at - node.started_at:.2f}" if node.started_at and node.ended_at else ""
         style = STATE_STYLE.get(node.state, "")
         table.add_row(node_id, f"[{style}]{node.state}[/{style}]", node.worker or "", took)
     return table
@@ -150,18 +192,26 @@ def status(run_id: str, as_json: bool) -> None:
     run = PlanRun.attach(run_id, Settings.from_env())
     current = run.status()
     if as_json:
-        _json_out({"run_id": current.run_id, "state": current.state, "error": current.error,
-                   "progress": vars(run.progress()),
-                   "nodes": {k: vars(v) for k, v in current.nodes.items()},
-                   "transfers": current.transfers})
+        _json_out(
+            {
+                "run_id": current.run_id,
+                "state": current.state,
+                "error": current.error,
+                "progress": vars(run.progress()),
+                "nodes": {k: vars(v) for k, v in current.nodes.items()},
+                "transfers": current.transfers,
+            }
+        )
         return
     console = Console()
     console.print(status_table(current))
     progress = run.progress()
     console.print(f"progress: {progress.done}/{progress.total} nodes")
     if current.error:
-        console.print(f"[red]node '{current.error.get('node_id')}' on worker "
-                      f"'{current.error.get('worker_id')}' failed: {current.error.get('message')}[/red]")
+        console.print(
+            f"[red]node '{current.error.get('node_id')}' on worker "
+            f"'{current.error.get('worker_id')}' failed: {current.error.get('message')}[/red]"
+        )
 
 
 @main.command("cancel")
@@ -184,8 +234,14 @@ def cancel(run_id: str) -> None:
 @nodes_option
 @click.option("--json", "as_json", is_flag=True, help="Print only the output, as JSON.")
 @friendly_errors
-def run(plan_file: str, input_file: str | None, params_file: str | None, ops_file: str | None,
-        nodes: tuple[str, ...], as_json: bool) -> None:
+def run(
+    plan_file: str,
+    input_file: str | None,
+    params_file: str | None,
+    ops_file: str | None,
+    nodes: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Run PLAN.json here, in this process (no Redis, no workers): to try a plan."""
     import_node_modules(split_modules(nodes))
     result = run_local(

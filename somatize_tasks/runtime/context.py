@@ -50,7 +50,7 @@ class RunContext:
     app: Celery
     settings: Settings
     worker_id: str
-    redis: Redis
+    redis: Redis[bytes]
     keys: RedisKeys
     store: ArtifactStore
     _programs: OrderedDict[str, Program] = field(default_factory=OrderedDict)
@@ -85,7 +85,7 @@ class RunContext:
             params=json.loads(raw[2] or b"{}"),
             ops=json.loads(raw[3] or b"{}"),
             version=int(raw[4] or 0),
-            time_limits_s=tuple(json.loads(raw[5] or b"[null, null]")),  # type: ignore[arg-type]
+            time_limits_s=_limits(raw[5]),
         )
         self.remember(run_id, program)
         return program
@@ -95,6 +95,11 @@ class RunContext:
             self._programs[run_id] = program
             while len(self._programs) > PROGRAM_CACHE_SIZE:
                 self._programs.popitem(last=False)
+
+
+def _limits(raw: bytes | None) -> tuple[float | None, float | None]:
+    soft, hard = json.loads(raw or b"[null, null]")
+    return soft, hard
 
 
 _contexts: dict[tuple[int, int, str], RunContext] = {}

@@ -31,12 +31,23 @@ INPUT_READY_TASK = "somatize.run.input_ready"
 class CeleryDispatcher:
     """The engine's dispatcher for distributed runs."""
 
-    def __init__(self, context: RunContext, run_id: str, program: Program, state: RedisRunState) -> None:
+    def __init__(
+        self,
+        context: RunContext,
+        run_id: str,
+        program: Program,
+        state: RedisRunState,
+        *,
+        unavailable: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
         self.context = context
         self.run_id = run_id
         self.program = program
         self.state = state
-        self._workers = set(program.worker_of.values())
+        # Workers that can run an upload: the plan's, less any the reaper knows are dead
+        # (their values are read from the shared store, where the reaper found them).
+        self._uploaders = set(program.worker_of.values()) - set(unavailable)
+        self._avoiding = {"avoiding": sorted(unavailable)} if unavailable else {}
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
         """Publish ``block`` (after the transfers it needs) under a fresh task id.
@@ -53,7 +64,9 @@ class CeleryDispatcher:
         if missing:
             pipe.hset(self.state.results, f"p:{block.index}:{epoch}", len(missing))
         if direct:
-            pipe.rpush(self.state.transfers, *(transfer_record(r, block, worker, "direct") for r in direct))
+            pipe.rpush(
+                self.state.transfers, *(transfer_record(r, block, worker, "direct") for r in direct)
+            )
         waiting = {"waiting_for": "transfers"} if missing else {}
         self._mark_pending(pipe, block, epoch, task_id, **waiting)
         pipe.execute()
@@ -70,10 +83,19 @@ class CeleryDispatcher:
         pipe.execute()
         self._send(block, epoch, input_expr, task_id)
 
-    def _mark_pending(self, pipe: Any, block: Block, epoch: int, task_id: str, **extra: Any) -> None:
+    def wait_for_recompute(self, block: Block, epoch: int, producers: int) -> None:
+        """``block`` waits for ``producers`` lost inputs to be computed again."""
+        pipe = self.state.client.pipeline()
+        pipe.hset(self.state.results, f"rn:{block.index}:{epoch}", producers)
+        self._mark_pending(pipe, block, epoch, uuid(), waiting_for="recompute")
+        pipe.execute()
+
+    def _mark_pending(
+        self, pipe: Any, block: Block, epoch: int, task_id: str, **extra: Any
+    ) -> None:
         status = json.dumps({
             "state": "pending", "worker": block.worker_id, "block": block.index, "epoch": epoch,
-            "task_id": task_id, "queued_at": time.time(), **extra,
+            "task_id": task_id, "queued_at": time.time(), **self._avoiding, **extra,
         })  # fmt: skip
         pipe.hset(self.state.nodes, mapping=dict.fromkeys(block.task_node_ids(), status))
 
@@ -81,12 +103,17 @@ class CeleryDispatcher:
         soft_s, hard_s = self.program.time_limits_s
         self.context.app.send_task(
             NODE_TASK,
-            kwargs={"run_id": self.run_id, "block": block.index, "epoch": epoch, "input": input_expr},
+            kwargs={
+                "run_id": self.run_id,
+                "block": block.index,
+                "epoch": epoch,
+                "input": input_expr,
+            },
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
             kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
-            soft_time_limit=soft_s,
-            time_limit=hard_s,
+            soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
+            time_limit=hard_s,  # type: ignore[arg-type]
         )
 
     def run_finished(self, status: str, output: Expr | None) -> None:
@@ -94,7 +121,9 @@ class CeleryDispatcher:
 
     # --- transfers -------------------------------------------------------------------
 
-    def _classify(self, input_expr: Expr, worker: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _classify(
+        self, input_expr: Expr, worker: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Refs the block's worker must fetch first, and inline ones crossing workers."""
         missing: dict[str, dict[str, Any]] = {}
         direct: list[dict[str, Any]] = []
@@ -114,11 +143,25 @@ class CeleryDispatcher:
         steps: list[Signature] = []
         source = ref.get("worker_id")
         shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
-        if source in self._workers:
-            steps.append(app.signature(TRANSFER_UPLOAD_TASK, args=(ref,), immutable=True,
-                                       queue=queue_name(source or ""), argsrepr=shown))
-        steps.append(app.signature(TRANSFER_DOWNLOAD_TASK, args=(ref,), immutable=True,
-                                   queue=queue_name(worker), argsrepr=shown))
+        if source in self._uploaders:
+            steps.append(
+                app.signature(
+                    TRANSFER_UPLOAD_TASK,
+                    args=(ref,),
+                    immutable=True,
+                    queue=queue_name(source or ""),
+                    argsrepr=shown,
+                )
+            )
+        steps.append(
+            app.signature(
+                TRANSFER_DOWNLOAD_TASK,
+                args=(ref,),
+                immutable=True,
+                queue=queue_name(worker),
+                argsrepr=shown,
+            )
+        )
         steps.append(app.signature(
             INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
             queue=queue_name(worker), argsrepr=shown,

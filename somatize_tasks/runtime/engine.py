@@ -27,7 +27,7 @@ import traceback
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
-from somatize_tasks.runtime.program import Block, Program
+from somatize_tasks.runtime.program import Block, Program, terminal_nodes
 from somatize_tasks.runtime.signals import ControlFlowError
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, SKIPPED, LeafResult, RunState
 from somatize_tasks.runtime.values import Expr, join_branches
@@ -158,8 +158,6 @@ class Engine:
             return False
         if node.until.type == "WhenSignaled":
             return self.state.signal(node.until.node or "", pass_epoch) is True
-        from somatize_tasks.runtime.program import terminal_nodes
-
         verdicts = [self.state.signal(n, pass_epoch) for n in terminal_nodes(node.body)]
         return bool(verdicts) and all(v is True for v in verdicts)
 

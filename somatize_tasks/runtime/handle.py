@@ -19,6 +19,7 @@ from somatize_tasks.celery_app import create_app
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.keys import TRANSFER_UPLOAD_TASK, queue_name
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.reaper import Reaper
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
 from somatize_tasks.runtime.values import Expr, materialize
 from somatize_tasks.settings import Settings, redacted_url
@@ -110,7 +111,9 @@ class PlanRun:
         """Follow a run submitted elsewhere (another process, another machine)."""
         settings = settings or Settings.from_env()
         context = run_context(create_app(settings), settings, PRODUCER)
-        raw = _guarded(settings, lambda: context.redis.hget(context.keys.run(run_id), "distribution"))
+        raw = _guarded(
+            settings, lambda: context.redis.hget(context.keys.run(run_id), "distribution")
+        )
         if raw is None:
             raise RunStateLostError(
                 f"run {run_id} is not known to Redis at {redacted_url(settings.redis_url)} "
@@ -137,7 +140,10 @@ class PlanRun:
         for key, raw in nodes_raw.items():
             data = json.loads(raw)
             nodes[key.decode()] = NodeStatus(
-                data["state"], data.get("worker"), data.get("started_at"), data.get("ended_at"),
+                data["state"],
+                data.get("worker"),
+                data.get("started_at"),
+                data.get("ended_at"),
                 data.get("error"),
             )
         if run_state == CANCELLED:
@@ -177,7 +183,9 @@ class PlanRun:
             self._watch()
             _guarded(
                 self._context.settings,
-                lambda r=remaining: self._context.redis.blpop([self._state.finished], timeout=min(1.0, r)),
+                lambda r=remaining: self._context.redis.blpop(
+                    [self._state.finished], timeout=min(1.0, r)
+                ),
             )
 
     def _outcome(self, status: str) -> Any:
@@ -217,8 +225,6 @@ class PlanRun:
 
     def _watch(self) -> None:
         """While waiting, this producer is one of the run's watchers (see the reaper)."""
-        from somatize_tasks.runtime.reaper import Reaper
-
         now = time.monotonic()
         if now < self._next_watch:
             return
@@ -241,7 +247,9 @@ class PlanRun:
             if artifact.inline is None and not store.shared.exists(artifact.key, artifact.size):
                 holder = artifact.worker_id or ""
                 self._context.app.send_task(
-                    TRANSFER_UPLOAD_TASK, args=(ref,), queue=queue_name(holder),
+                    TRANSFER_UPLOAD_TASK,
+                    args=(ref,),
+                    queue=queue_name(holder),
                     argsrepr=f"run={self.id} node={artifact.node_id} {holder}->producer",
                 ).get(timeout=timeout, disable_sync_subtasks=False)
             return store.get(artifact)

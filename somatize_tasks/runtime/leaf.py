@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from scheduler import Branch, Step, Stream
 from somatize_tasks.catalog import Catalog, CatalogEntry, call_node
 from somatize_tasks.errors import UnknownNodeError
@@ -116,13 +118,8 @@ def _concatenate(node_id: str, pieces: list[Any]) -> Any:
         return []
     if all(isinstance(p, list | tuple) for p in pieces):
         return [item for piece in pieces for item in piece]
-    try:
-        import numpy as np
-
-        if all(isinstance(p, np.ndarray) for p in pieces):
-            return np.concatenate(pieces)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    if all(isinstance(p, np.ndarray) for p in pieces):
+        return np.concatenate(pieces)
     raise ControlFlowError(
         f"stream node '{node_id}' must return a list or array for each chunk, "
         f"got {type(pieces[0]).__name__}"

@@ -78,17 +78,22 @@ return 0
 """
 
 
-class Stranded(Exception):
+class StrandedError(Exception):
     """A node cannot be re-placed yet (no live worker satisfies its target)."""
 
 
 class Reaper:
     """Repairs the runs of one Redis/key prefix; safe to run in many processes at once."""
 
-    def __init__(self, context: RunContext, owner: str | None = None) -> None:
+    def __init__(
+        self, context: RunContext, owner: str | None = None, *, alive: Iterable[str] = ()
+    ) -> None:
         self.context = context
         self.settings = context.settings
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        # A worker's own reaper never takes its own worker for dead, even before
+        # its first heartbeat is visible (a worker restarted under the same id).
+        self.alive = frozenset(alive)
         self.registry = Registry.from_settings(context.settings, context.redis)
         self._release = context.redis.register_script(_RELEASE)
 
@@ -125,8 +130,9 @@ class _Repair:
         self.context = reaper.context
         self.run_id = run_id
         self.live = live
+        self.alive = set(live) | reaper.alive
         self.state: RedisRunState = reaper.context.state(run_id)
-        self.redis: Redis = reaper.context.redis
+        self.redis: Redis[bytes] = reaper.context.redis
 
     def run(self) -> bool:
         program = self.context.program(self.run_id, refresh=True)
@@ -137,19 +143,28 @@ class _Repair:
         if self._fail_overdue(program, nodes):
             return True
         stranded = self._stranded(nodes)
-        if not stranded:
+        starved, lost_sources = self._starved(nodes)
+        if not stranded and not starved:
             return False
-        dead = {nodes[n]["worker"] for n in stranded}
+        dead = {nodes[n]["worker"] for n in stranded} | lost_sources
         try:
             program = self._replace(program, dead)
-        except Stranded as exc:
+        except StrandedError as exc:
             self._fail_after_grace(program, str(exc), dead)
             return False
-        dispatcher = CeleryDispatcher(self.context, self.run_id, program, self.state)
-        for bid, epoch in sorted({(nodes[n]["block"], nodes[n]["epoch"]) for n in stranded}):
+        dispatcher = CeleryDispatcher(
+            self.context, self.run_id, program, self.state, unavailable=dead
+        )
+        blocks = {(nodes[n]["block"], nodes[n]["epoch"]) for n in stranded} | starved
+        for bid, epoch in sorted(blocks):
             self._redispatch(program, dispatcher, program.blocks[bid], epoch)
         self._drop_queues(dead)
-        log.warning("run %s: re-routed %s from dead worker(s) %s", self.run_id, sorted(stranded), sorted(dead))
+        log.warning(
+            "run %s: re-routed blocks %s away from dead worker(s) %s",
+            self.run_id,
+            sorted(blocks),
+            sorted(dead),
+        )
         return True
 
     # --- finding what is stuck ------------------------------------------------------
@@ -160,9 +175,41 @@ class _Repair:
             for node_id, status in nodes.items()
             if status.get("state") in UNFINISHED
             and status.get("worker") not in NOT_WORKERS
-            and status.get("worker") not in self.live
+            and status.get("worker") not in self.alive
             and "block" in status
         ]
+
+    def _starved(self, nodes: dict[str, dict[str, Any]]) -> tuple[set[tuple[int, int]], set[str]]:
+        """Blocks waiting for a transfer whose source worker died, or for too long.
+
+        A transfer chain whose message was lost (its source died before the
+        upload ran, a download found nothing) would leave its block waiting
+        forever; past ``transfer_stall_s`` the block is dispatched again.
+        """
+        starved: set[tuple[int, int]] = set()
+        sources: set[str] = set()
+        stall_before = time.time() - self.reaper.settings.transfer_stall_s
+        for status in nodes.values():
+            if status.get("waiting_for") != "transfers" or status.get("state") != "pending":
+                continue
+            key = (status["block"], status["epoch"])
+            if key in starved:
+                continue
+            if status.get("queued_at", stall_before) < stall_before:
+                starved.add(key)
+                continue
+            handled = set(status.get("avoiding", ()))  # re-dispatched around these already
+            for ref in refs_in(self.state.load_input(*key)):
+                source = ref.get("worker_id")
+                if (
+                    ref.get("inline") is None
+                    and source not in NOT_WORKERS
+                    and source not in self.alive
+                    and source not in handled
+                ):
+                    starved.add(key)
+                    sources.add(source)
+        return starved, sources
 
     def _fail_overdue(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
         """A node running past its hard time limit was killed; fail its run."""
@@ -174,8 +221,10 @@ class _Repair:
         for node_id, status in nodes.items():
             started = status.get("started_at")
             if status.get("state") == "running" and started and now - started > limit + slack:
-                message = (f"node '{node_id}' ran past its time limit of {limit:g} s on worker "
-                           f"'{status.get('worker')}' and was stopped")
+                message = (
+                    f"node '{node_id}' ran past its time limit of {limit:g} s on worker "
+                    f"'{status.get('worker')}' and was stopped"
+                )
                 self._fail(program, node_id, status.get("worker"), message, "NodeTimeLimitExceeded")
                 return True
         return False
@@ -217,12 +266,14 @@ class _Repair:
         try:
             placed = schedule(ExecutionPlan.of(probe), list(self.live.values()))
         except PlacementError as exc:
-            raise Stranded(
+            raise StrandedError(
                 f"node '{node_id}' was on worker '{old}', which died, and needs "
                 f"{target.describe() if target else 'a worker'}: no live worker can take it ({exc})"
             ) from None
         if not placed.assignments:
-            raise Stranded(f"node '{node_id}' was on worker '{old}', which died: no live worker left")
+            raise StrandedError(
+                f"node '{node_id}' was on worker '{old}', which died: no live worker left"
+            )
         return placed.assignments[0].worker_id, placed.assignments[0].worker_name
 
     def _fail_after_grace(self, program: Program, message: str, dead: Iterable[str]) -> None:
@@ -231,28 +282,47 @@ class _Repair:
         since = float(self.redis.hget(self.state.results, field) or time.time())
         grace = self.reaper.settings.reroute_grace_s
         if time.time() - since >= grace:
-            self._fail(program, None, ",".join(sorted(dead)),
-                       f"{message} (waited {grace:g} s for it to come back)", "WorkerLost")
+            self._fail(
+                program,
+                None,
+                ",".join(sorted(dead)),
+                f"{message} (waited {grace:g} s for it to come back)",
+                "WorkerLost",
+            )
 
-    def _fail(self, program: Program, node_id: str | None, worker: str | None, message: str, kind: str) -> None:
-        detail = {"node_id": node_id, "worker_id": worker, "type": kind, "message": message,
-                  "traceback": ""}
+    def _fail(
+        self, program: Program, node_id: str | None, worker: str | None, message: str, kind: str
+    ) -> None:
+        detail = {
+            "node_id": node_id,
+            "worker_id": worker,
+            "type": kind,
+            "message": message,
+            "traceback": "",
+        }
         if self.state.finish("failed", error=detail):
             log.error("run %s failed: %s", self.run_id, message)
 
     # --- dispatching again ------------------------------------------------------------
 
-    def _redispatch(self, program: Program, dispatcher: CeleryDispatcher, block: Block, epoch: int) -> None:
+    def _redispatch(
+        self, program: Program, dispatcher: CeleryDispatcher, block: Block, epoch: int
+    ) -> None:
         input_expr = self.state.load_input(block.index, epoch)
         producers = self._lost_producers(program, input_expr)
         if not producers:
             dispatcher.dispatch(block, epoch, input_expr)
             return
-        # Inputs that lived only on the dead worker: recompute them first.
-        self.redis.hset(self.state.results, f"rn:{block.index}:{epoch}", len(producers))
+        # Inputs that lived only on the dead worker: recompute them first. The
+        # block waits on its new worker under a new task id (no longer stranded).
+        dispatcher.wait_for_recompute(block, epoch, len(producers))
         for producer, producer_epoch in producers:
             field = f"rw:{producer.index}:{producer_epoch}"
-            waiting = json.loads(self.redis.hget(self.state.results, field) or b"[]")
+            waiting = [
+                w
+                for w in json.loads(self.redis.hget(self.state.results, field) or b"[]")
+                if w != [block.index, epoch]
+            ]
             waiting.append([block.index, epoch])
             self.redis.hset(self.state.results, mapping={
                 field: json.dumps(waiting), f"rc:{producer.index}:{producer_epoch}": 1,
@@ -263,7 +333,7 @@ class _Repair:
         lost: dict[tuple[int, int], tuple[Block, int]] = {}
         shared = self.context.store.shared
         for ref in refs_in(input_expr):
-            if ref.get("inline") is not None or ref.get("worker_id") in self.live:
+            if ref.get("inline") is not None or ref.get("worker_id") in self.alive:
                 continue
             artifact = ArtifactRef.model_validate(ref)
             if shared.exists(artifact.key, artifact.size):
@@ -282,8 +352,14 @@ class _Repair:
             client.delete(queue_name(worker_id))
 
 
-def finish_recompute(context: RunContext, engine: Engine, dispatcher: CeleryDispatcher,
-                     block: Block, epoch: int, outputs: dict[str, Expr]) -> bool:
+def finish_recompute(
+    context: RunContext,
+    engine: Engine,
+    dispatcher: CeleryDispatcher,
+    block: Block,
+    epoch: int,
+    outputs: dict[str, Expr],
+) -> bool:
     """After a recomputed block ran: hand its new outputs to the blocks waiting for them.
 
     Returns False when the block was not a recomputation (advance as usual).
@@ -292,7 +368,9 @@ def finish_recompute(context: RunContext, engine: Engine, dispatcher: CeleryDisp
     if not context.redis.hdel(state.results, f"rc:{block.index}:{epoch}"):
         return False
     new_refs = {
-        (e["ref"]["node_id"], e["ref"].get("iteration", 0)): e for e in outputs.values() if "ref" in e
+        (e["ref"]["node_id"], e["ref"].get("iteration", 0)): e
+        for e in outputs.values()
+        if "ref" in e
     }
     pipe = context.redis.pipeline()
     for node_id, expr in outputs.items():
@@ -301,11 +379,14 @@ def finish_recompute(context: RunContext, engine: Engine, dispatcher: CeleryDisp
     pipe.hdel(state.results, f"rw:{block.index}:{epoch}")
     waiting = json.loads(pipe.execute()[-2] or b"[]")
     state.mark_nodes(block.task_node_ids(), "done", context.worker_id, epoch, recomputed=True)
+    # The reaper moved nodes to get here: dispatch with the current distribution.
+    program = context.program(dispatcher.run_id, refresh=True) or engine.program
+    dispatcher = CeleryDispatcher(context, dispatcher.run_id, program, state)
     for bid, dependent_epoch in waiting:
         saved = state.load_input(bid, dependent_epoch)
         state.save_input(bid, dependent_epoch, _replace_refs(saved, new_refs))
         if context.redis.hincrby(state.results, f"rn:{bid}:{dependent_epoch}", -1) <= 0:
-            dependent = engine.program.blocks[bid]
+            dependent = program.blocks[bid]
             dispatcher.dispatch(dependent, dependent_epoch, state.load_input(bid, dependent_epoch))
     return True
 
@@ -335,8 +416,9 @@ class ReaperStep(bootsteps.StartStopStep):
         if not settings.reaper_enabled:
             return
         context = run_context(parent.app, settings)
+        reaper = Reaper(context, alive=[settings.worker_id])
         self._thread = threading.Thread(
-            target=self._loop, args=(Reaper(context), settings.heartbeat_interval_s),
+            target=self._loop, args=(reaper, settings.heartbeat_interval_s),
             name="somatize-reaper", daemon=True,
         )  # fmt: skip
         self._thread.start()

@@ -97,7 +97,7 @@ def _dumps(value: Any) -> str:
 class RedisRunState:
     """One run's state in Redis; cheap to build per task."""
 
-    def __init__(self, client: Redis, keys: RedisKeys, run_id: str, ttl_s: int) -> None:
+    def __init__(self, client: Redis[bytes], keys: RedisKeys, run_id: str, ttl_s: int) -> None:
         self.client = client
         self.run_id = run_id
         self.ttl_s = ttl_s
@@ -165,7 +165,13 @@ class RedisRunState:
         prefix = f"j:{bid}:{epoch}:"
         found = self._join(
             keys=[self.results],
-            args=[f"{prefix}{position}", _dumps(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}", prefix],
+            args=[
+                f"{prefix}{position}",
+                _dumps(expr),
+                f"jn:{bid}:{epoch}",
+                f"jt:{bid}:{epoch}",
+                prefix,
+            ],
         )
         if not found:
             return None
@@ -182,7 +188,9 @@ class RedisRunState:
         loop_bid, outer, number = json.loads(raw)
         return int(loop_bid), int(outer), int(number)
 
-    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any) -> None:
+    def mark_nodes(
+        self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
+    ) -> None:
         status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
 
@@ -195,7 +203,9 @@ class RedisRunState:
         pipe.sadd(self.done, *nodes)
         pipe.execute()
 
-    def mark_running(self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str) -> int | None:
+    def mark_running(
+        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str
+    ) -> int | None:
         """Nodes start: the run's distribution version, or None if this task must not run.
 
         None when the run ended, the block already completed, or the message
@@ -205,7 +215,9 @@ class RedisRunState:
             "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
-        version = int(self._mark_running(keys=[self.meta, self.nodes], args=[status, task_id, *nodes]))
+        version = int(
+            self._mark_running(keys=[self.meta, self.nodes], args=[status, task_id, *nodes])
+        )
         return None if version < 0 else version
 
     def task_is_current(self, node_id: str, task_id: str) -> bool:
@@ -213,15 +225,24 @@ class RedisRunState:
         raw = self.client.hget(self.nodes, node_id)
         return raw is not None and json.loads(raw).get("task_id") == task_id
 
-    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+    def finish(
+        self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None
+    ) -> bool:
         field, value = ("", "")
         if output is not None:
             field, value = "output", _dumps(output)
         elif error is not None:
             field, value = "error", _dumps(error)
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
-        keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
-                self.transfers]
+        keys = [
+            self.active_runs,
+            self.meta,
+            self.finished,
+            self.results,
+            self.nodes,
+            self.done,
+            self.transfers,
+        ]
         return bool(self._finish(keys=keys, args=args))
 
     # --- reading, for PlanRun ----------------------------------------------------------

@@ -95,7 +95,9 @@ class RunState(Protocol):
 
     def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int) -> None: ...
 
-    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+    def finish(
+        self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None
+    ) -> bool:
         """End the run once; False if it had already ended."""
         ...
 
@@ -181,7 +183,9 @@ class MemoryRunState:
         for node_id in nodes:
             self.nodes.setdefault(node_id, {}).update(state=state)
 
-    def finish(self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None) -> bool:
+    def finish(
+        self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None
+    ) -> bool:
         if self.status in FINAL_STATES:
             return False
         self.status, self.output, self.error = status, output, error

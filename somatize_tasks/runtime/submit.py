@@ -32,7 +32,14 @@ from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.engine import Engine
-from somatize_tasks.runtime.handle import PlanRun, Progress, RunStatus, NodeStatus, _guarded
+from somatize_tasks.runtime.handle import (
+    NodeFailedError,
+    NodeStatus,
+    PlanRun,
+    Progress,
+    RunStatus,
+    _guarded,
+)
 from somatize_tasks.runtime.local import LocalRunResult, run_local
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.state import DONE, FAILED
@@ -131,7 +138,9 @@ class StudyRun:
             run.cancel()
 
 
-def _place(plan: ExecutionPlan, workers: list[WorkerInfo], differentiable: Iterable[str]) -> DistributionPlan:
+def _place(
+    plan: ExecutionPlan, workers: list[WorkerInfo], differentiable: Iterable[str]
+) -> DistributionPlan:
     """Schedule; a target whose workers are only busy (not missing) queues on them.
 
     The scheduler rejects a ``Remote`` whose every eligible worker is full
@@ -144,7 +153,9 @@ def _place(plan: ExecutionPlan, workers: list[WorkerInfo], differentiable: Itera
         if "at capacity" not in exc.rejections:
             raise
         relaxed = [
-            w if w.has_capacity else w.model_copy(update={"active_jobs": max(0, w.max_concurrent - 1)})
+            w
+            if w.has_capacity
+            else w.model_copy(update={"active_jobs": max(0, w.max_concurrent - 1)})
             for w in workers
         ]
         distribution = schedule(plan, relaxed, differentiable)
@@ -162,7 +173,9 @@ def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
     )
 
 
-def _check_node_names(plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None) -> None:
+def _check_node_names(
+    plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None
+) -> None:
     known = set(plan.node_ids())
     for what, mapping in (("params", params), ("ops", ops)):
         unknown = sorted(set(mapping or {}) - known)
@@ -195,7 +208,7 @@ def _start(
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, input)
-    meta = {
+    meta: dict[str | bytes, bytes | float | int | str] = {
         "status": "running",
         "plan": plan.model_dump_json(),
         "distribution": distribution.model_dump_json(),
@@ -258,12 +271,12 @@ class LocalPlanRun(PlanRun):
         return RunStatus(self.id, self._result.status, nodes, self._result.error)
 
     def progress(self) -> Progress:
-        return Progress(sum(1 for s in self._result.nodes.values() if s["state"] == DONE), self._total)
+        return Progress(
+            sum(1 for s in self._result.nodes.values() if s["state"] == DONE), self._total
+        )
 
     def wait(self, timeout: float | None = None) -> Any:
         if self._result.status == FAILED:
-            from somatize_tasks.runtime.handle import NodeFailedError
-
             raise NodeFailedError(self.id, self._result.error or {})
         return self._result.output
 

@@ -20,7 +20,12 @@ from celery import Task, shared_task
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.runtime.context import RunContext, run_context
-from somatize_tasks.runtime.dispatch import INPUT_READY_TASK, NODE_TASK, CeleryDispatcher, transfer_record
+from somatize_tasks.runtime.dispatch import (
+    INPUT_READY_TASK,
+    NODE_TASK,
+    CeleryDispatcher,
+    transfer_record,
+)
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
 from somatize_tasks.runtime.reaper import finish_recompute
@@ -41,7 +46,9 @@ def _engine(
     return Engine(program, state, dispatcher), dispatcher
 
 
-def execute_block(context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str) -> None:
+def execute_block(
+    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str
+) -> None:
     """Run one block here and advance its run; a failure fails the run and re-raises."""
     found = _engine(context, run_id)
     if found is None:
@@ -63,7 +70,9 @@ def execute_block(context: RunContext, run_id: str, bid: int, epoch: int, input_
             store=context.values, catalog=default_catalog, worker_id=context.worker_id,
         )  # fmt: skip
     except Exception as exc:
-        state.mark_nodes(nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}")
+        state.mark_nodes(
+            nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}"
+        )
         engine.fail(block, exc, context.worker_id)
         raise
     if not engine.leaf_done(bid, epoch, result):
@@ -96,7 +105,11 @@ def input_ready(
     pipe = state.client.pipeline()
     pipe.rpush(state.transfers, transfer_record(ref, target, context.worker_id, "s3"))
     pipe.hincrby(state.results, f"p:{block}:{epoch}", -1)
-    remaining = pipe.execute()[1]
-    if remaining == 0 and state.is_active():
-        input_expr = json.loads(state.client.hget(state.results, f"i:{block}:{epoch}"))
+    pipe.hmget(state.meta, "status", "version")
+    _, remaining, (status, version) = pipe.execute()
+    if remaining == 0 and status == b"running":
+        if int(version or 0) != engine.program.version:  # the reaper moved nodes since
+            engine, dispatcher = _engine(context, run_id, refresh=True) or found
+            target = engine.program.blocks[block]
+        input_expr = json.loads(state.client.hget(state.results, f"i:{block}:{epoch}") or b"{}")
         dispatcher.publish_node(target, epoch, input_expr, task_id)

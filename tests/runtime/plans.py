@@ -43,10 +43,18 @@ LOOP = {
     }
 }
 
-BRANCH = {"Branch": {"node_id": "rt_label", "arms": [["big", ex("rt_double")], ["small", ex("rt_negate")]]}}
+BRANCH = {
+    "Branch": {
+        "node_id": "rt_label",
+        "arms": [["big", ex("rt_double")], ["small", ex("rt_negate")]],
+    }
+}
 
 STEP = {
-    "Step": {"node_id": "rt_route", "handoffs": [["double", ex("rt_double")], ["negate", ex("rt_negate")]]}
+    "Step": {
+        "node_id": "rt_route",
+        "handoffs": [["double", ex("rt_double")], ["negate", ex("rt_negate")]],
+    }
 }
 
 STREAM = {"Stream": {"node_ids": ["rt_chunk_sum", "rt_scale"], "chunk_size": 2}}

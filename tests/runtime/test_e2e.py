@@ -51,7 +51,9 @@ def test_fork_join_branches_run_on_different_workers_and_values_cross_through_s3
     assert status.state == "done"
     assert {status.nodes[n].worker for n in ("rt_scale", "rt_sum")} == {gpu.worker_id}
     assert {status.nodes[n].worker for n in ("rt_make", "rt_sum_2", "rt_join")} == {cpu.worker_id}
-    crossed = [t for t in status.transfers if t["from_node"] == "rt_make" and t["to_node"] == "rt_scale"]
+    crossed = [
+        t for t in status.transfers if t["from_node"] == "rt_make" and t["to_node"] == "rt_scale"
+    ]
     assert crossed and crossed[0]["transfer_type"] == "s3"
     assert crossed[0]["from_worker"] == cpu.worker_id and crossed[0]["to_worker"] == gpu.worker_id
     assert run.progress().done == run.progress().total == 5
@@ -71,8 +73,18 @@ def test_fork_join_branches_run_on_different_workers_and_values_cross_through_s3
         (COMPOSITE, [1.0, 2.0, 3.0], [-2.0, 0.0, 2.0]),
         (seq("Empty", ex("rt_add")), 1, 2),
     ],
-    ids=["execute", "sequence", "parallel-remote", "loop", "branch-big", "branch-small", "step",
-         "stream", "composite", "empty"],
+    ids=[
+        "execute",
+        "sequence",
+        "parallel-remote",
+        "loop",
+        "branch-big",
+        "branch-small",
+        "step",
+        "stream",
+        "composite",
+        "empty",
+    ],
 )
 def test_every_variant_computes_on_real_workers(
     settings: Settings, two_workers: Workers, plan: Any, given: Any, expected: Any
@@ -84,8 +96,12 @@ def test_every_variant_computes_on_real_workers(
 def test_a_node_that_raises_names_itself_its_worker_and_the_remote_traceback(
     settings: Settings, two_workers: Workers
 ) -> None:
-    run = submit_plan(seq(ex("rt_add"), ex("rt_fail"), ex("rt_double")), input=1,
-                      settings=settings, require_workers=True)
+    run = submit_plan(
+        seq(ex("rt_add"), ex("rt_fail"), ex("rt_double")),
+        input=1,
+        settings=settings,
+        require_workers=True,
+    )
     with pytest.raises(NodeFailedError) as caught:
         run.wait(timeout=60)
     error = caught.value
@@ -97,9 +113,16 @@ def test_a_node_that_raises_names_itself_its_worker_and_the_remote_traceback(
     assert status.nodes["rt_double"].state == "pending"
 
 
-def test_cancel_mid_run_stops_the_run_and_starts_nothing_new(settings: Settings, two_workers: Workers) -> None:
-    run = submit_plan(seq(ex("rt_sleep"), ex("rt_add")), input=1, params={"rt_sleep": {"s": 5}},
-                      settings=settings, require_workers=True)
+def test_cancel_mid_run_stops_the_run_and_starts_nothing_new(
+    settings: Settings, two_workers: Workers
+) -> None:
+    run = submit_plan(
+        seq(ex("rt_sleep"), ex("rt_add")),
+        input=1,
+        params={"rt_sleep": {"s": 5}},
+        settings=settings,
+        require_workers=True,
+    )
     assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)
     assert run.cancel()
     with pytest.raises(RunCancelledError):
@@ -115,17 +138,25 @@ def test_a_plan_submitted_while_one_worker_is_full_goes_to_the_other(
     settings: Settings, two_workers: Workers
 ) -> None:
     gpu, cpu = two_workers
-    busy = submit_plan(par(remote("gpu", ex("rt_sleep")), remote("gpu", ex("rt_sleep_2"))), input=0,
-                       params={"rt_sleep": {"s": 4}, "rt_sleep_2": {"s": 4}},
-                       settings=settings, require_workers=True)
+    busy = submit_plan(
+        par(remote("gpu", ex("rt_sleep")), remote("gpu", ex("rt_sleep_2"))),
+        input=0,
+        params={"rt_sleep": {"s": 4}, "rt_sleep_2": {"s": 4}},
+        settings=settings,
+        require_workers=True,
+    )
     registry = Registry.from_settings(settings)
 
     def gpu_full() -> bool:
         return any(w.info.id == gpu.worker_id and not w.info.has_capacity for w in registry.live())
 
     assert wait_for(gpu_full, 20), "the gpu worker never reported itself full"
-    run = submit_plan(seq(ex("rt_add"), par(ex("rt_double"), ex("rt_negate"))), input=1,
-                      settings=settings, require_workers=True)
+    run = submit_plan(
+        seq(ex("rt_add"), par(ex("rt_double"), ex("rt_negate"))),
+        input=1,
+        settings=settings,
+        require_workers=True,
+    )
     assert {a.worker_id for a in run.distribution.assignments} == {cpu.worker_id}
     assert run.wait(timeout=30) == {"rt_double": 4, "rt_negate": -2}
     assert busy.wait(timeout=30) == {"rt_sleep": 0, "rt_sleep_2": 0}
@@ -149,18 +180,31 @@ def test_two_runs_at_once_share_the_workers(settings: Settings, two_workers: Wor
     assert results == [FORK_JOIN_OUTPUT, FORK_JOIN_OUTPUT]
 
 
-def test_attach_from_a_second_process_follows_the_same_run(settings: Settings, two_workers: Workers) -> None:
-    run = submit_plan(seq(ex("rt_sleep"), ex("rt_make"), ex("rt_sum")), params={"rt_sleep": {"s": 1}},
-                      settings=settings, require_workers=True)
+def test_attach_from_a_second_process_follows_the_same_run(
+    settings: Settings, two_workers: Workers
+) -> None:
+    run = submit_plan(
+        seq(ex("rt_sleep"), ex("rt_make"), ex("rt_sum")),
+        params={"rt_sleep": {"s": 1}},
+        settings=settings,
+        require_workers=True,
+    )
     script = (
         "import json, sys\n"
         "from somatize_tasks.runtime.handle import PlanRun\n"
         "run = PlanRun.attach(sys.argv[1])\n"
-        "print(json.dumps({'output': run.wait(timeout=60), 'progress': list(vars(run.progress()).values())}))\n"
+        "progress = list(vars(run.progress()).values())\n"
+        "print(json.dumps({'output': run.wait(timeout=60), 'progress': progress}))\n"
     )
     env = {**settings.to_env(), "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script, run.id], env=env, capture_output=True,
-                          text=True, timeout=90, cwd=REPO)
+    done = subprocess.run(  # noqa: PLW1510 - the return code is asserted below
+        [sys.executable, "-c", script, run.id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"output": run.wait(timeout=5), "progress": [3, 3]}
@@ -174,7 +218,9 @@ def test_result_reads_one_nodes_output_even_from_another_workers_cache(
     assert run.result("rt_scale") == [v * 2 for v in [i * 0.5 for i in range(400)]]
 
 
-def test_no_live_worker_runs_locally_with_a_warning_unless_workers_are_required(settings: Settings) -> None:
+def test_no_live_worker_runs_locally_with_a_warning_unless_workers_are_required(
+    settings: Settings,
+) -> None:
     lonely = settings.model_copy(update={"key_prefix": settings.key_prefix + "-empty"})
     with pytest.warns(RuntimeWarning, match="No workers available"):
         run = submit_plan(seq(ex("rt_add"), ex("rt_double")), input=1, settings=lonely)

@@ -10,7 +10,6 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from redis import Redis
@@ -22,7 +21,7 @@ from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.state import LeafResult
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, WorkerProcess, free_port, wait_for
+from tests.conftest import WorkerFactory, free_port, wait_for
 from tests.runtime import run_nodes  # noqa: F401
 from tests.runtime.plans import MAKE_SUM, ex, seq
 
@@ -39,7 +38,9 @@ def fault_settings(settings: Settings) -> Iterator[Settings]:
 
 
 @pytest.fixture(scope="module")
-def fault_workers(fault_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerFactory]:
+def fault_workers(
+    fault_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerFactory]:
     factory = WorkerFactory(fault_settings, tmp_path_factory.mktemp("fault-workers"))
     try:
         yield factory
@@ -55,9 +56,16 @@ def running_on(run_id_status: object, node_id: str) -> str | None:
 def test_a_killed_workers_nodes_are_rerouted_and_its_lost_outputs_recomputed(
     fault_settings: Settings, fault_workers: WorkerFactory
 ) -> None:
-    workers = {w.worker_id: w for w in (fault_workers.start("a", tags="cpu"), fault_workers.start("b", tags="cpu"))}
-    run = submit_plan(seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sum")), params={"rt_sleep": {"s": 3}},
-                      settings=fault_settings, require_workers=True)
+    workers = {
+        w.worker_id: w
+        for w in (fault_workers.start("a", tags="cpu"), fault_workers.start("b", tags="cpu"))
+    }
+    run = submit_plan(
+        seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sum")),
+        params={"rt_sleep": {"s": 3}},
+        settings=fault_settings,
+        require_workers=True,
+    )
     assert wait_for(lambda: running_on(run.status(), "rt_sleep") is not None, 20)
     victim_id = running_on(run.status(), "rt_sleep")
     assert victim_id is not None
@@ -77,9 +85,16 @@ def test_a_node_pinned_to_a_dead_worker_fails_the_run_after_the_grace_period(
 ) -> None:
     pinned = fault_workers.start("pinned", tags="special")
     fault_workers.start("other", tags="cpu")
-    plan = {"Remote": {"node_id": "rt_sleep", "target": {"WorkerId": pinned.worker_id}, "plan": ex("rt_sleep")}}
-    run = submit_plan(plan, input=1, params={"rt_sleep": {"s": 5}}, settings=fault_settings,
-                      require_workers=True)
+    plan = {
+        "Remote": {
+            "node_id": "rt_sleep",
+            "target": {"WorkerId": pinned.worker_id},
+            "plan": ex("rt_sleep"),
+        }
+    }
+    run = submit_plan(
+        plan, input=1, params={"rt_sleep": {"s": 5}}, settings=fault_settings, require_workers=True
+    )
     assert wait_for(lambda: running_on(run.status(), "rt_sleep") == pinned.worker_id, 20)
     pinned.signal_group(signal.SIGKILL)
     with pytest.raises(NodeFailedError) as caught:
@@ -88,19 +103,33 @@ def test_a_node_pinned_to_a_dead_worker_fails_the_run_after_the_grace_period(
     assert "rt_sleep" in message and pinned.worker_id in message and "no live worker" in message
 
 
-def test_a_node_over_its_soft_time_limit_fails_the_run_naming_it(settings: Settings, two_workers: object) -> None:
+def test_a_node_over_its_soft_time_limit_fails_the_run_naming_it(
+    settings: Settings, two_workers: object
+) -> None:
     limited = settings.model_copy(update={"node_soft_time_limit_s": 1.0})
-    run = submit_plan(seq(ex("rt_add"), ex("rt_sleep")), input=1, params={"rt_sleep": {"s": 10}},
-                      settings=limited, require_workers=True)
+    run = submit_plan(
+        seq(ex("rt_add"), ex("rt_sleep")),
+        input=1,
+        params={"rt_sleep": {"s": 10}},
+        settings=limited,
+        require_workers=True,
+    )
     with pytest.raises(NodeFailedError) as caught:
         run.wait(timeout=30)
     assert caught.value.node_id == "rt_sleep"
     assert "SoftTimeLimitExceeded" in str(caught.value)
 
 
-def test_wait_ends_with_a_clear_error_when_redis_lost_the_run(settings: Settings, two_workers: object) -> None:
-    run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 3}}, settings=settings,
-                      require_workers=True)
+def test_wait_ends_with_a_clear_error_when_redis_lost_the_run(
+    settings: Settings, two_workers: object
+) -> None:
+    run = submit_plan(
+        ex("rt_sleep"),
+        input=1,
+        params={"rt_sleep": {"s": 3}},
+        settings=settings,
+        require_workers=True,
+    )
     state = RedisRunState(redis_client(settings), RedisKeys(settings.key_prefix), run.id, 60)
     state.client.delete(*state.all_keys())
     started = time.monotonic()
@@ -110,7 +139,9 @@ def test_wait_ends_with_a_clear_error_when_redis_lost_the_run(settings: Settings
 
 
 def test_an_unreachable_redis_is_named_not_hung_on(settings: Settings) -> None:
-    nowhere = settings.model_copy(update={"redis_url": f"redis://:secret@127.0.0.1:{free_port()}/0"})
+    nowhere = settings.model_copy(
+        update={"redis_url": f"redis://:secret@127.0.0.1:{free_port()}/0"}
+    )
     started = time.monotonic()
     with pytest.raises(RunError) as caught:
         submit_plan(ex("rt_add"), settings=nowhere)
@@ -126,7 +157,9 @@ def test_the_first_completion_wins_and_stale_messages_are_refused(settings: Sett
     state.client.hset(state.meta, mapping={"status": "running", "version": 3})
     result = LeafResult(output={"value": 1}, node_outputs={"a": {"value": 1}}, worker_id="w1")
     # A block queued under task t2 (it was re-dispatched): a copy under t1 must not run.
-    state.client.hset(state.nodes, "a", '{"state": "pending", "task_id": "t2", "block": 0, "epoch": 0}')
+    state.client.hset(
+        state.nodes, "a", '{"state": "pending", "task_id": "t2", "block": 0, "epoch": 0}'
+    )
     assert state.mark_running(["a"], "w1", 0, 0, "t1") is None
     assert state.mark_running(["a"], "w2", 0, 0, "t2") == 3
     assert state.record_leaf(0, 0, ["a"], result) is True

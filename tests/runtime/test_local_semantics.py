@@ -7,10 +7,13 @@ the same plans on real workers.
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import Any
 
 import pytest
 
+from somatize_tasks.examples import nodes as example_nodes  # noqa: F401
 from somatize_tasks.runtime.local import run_local
 from tests.runtime import run_nodes  # noqa: F401  (registers the catalog)
 from tests.runtime.plans import (
@@ -69,13 +72,21 @@ def test_loop_carries_a_node_until_it_signals() -> None:
 
 
 def test_loop_stops_at_max_iterations() -> None:
-    plan = {"Loop": {"node_id": "l", "body": ex("rt_add"), "max_iterations": 3, "until": {"type": "Exhaust"}}}
+    plan = {
+        "Loop": {
+            "node_id": "l",
+            "body": ex("rt_add"),
+            "max_iterations": 3,
+            "until": {"type": "Exhaust"},
+        }
+    }
     assert output_of(plan, input=10) == 13
 
 
 def test_loop_with_an_unreadable_signal_fails_naming_the_node() -> None:
-    plan = {"Loop": {"node_id": "l", "body": seq(ex("rt_add"), ex("rt_bad_signal")), "max_iterations": 3,
-                     "until": {"type": "WhenSignaled", "node": "rt_bad_signal"}}}  # fmt: skip
+    body = seq(ex("rt_add"), ex("rt_bad_signal"))
+    until = {"type": "WhenSignaled", "node": "rt_bad_signal"}
+    plan = {"Loop": {"node_id": "l", "body": body, "max_iterations": 3, "until": until}}
     error = error_of(plan, input=0)
     assert error["node_id"] == "rt_bad_signal"
     assert "returned 42" in error["message"]
@@ -129,18 +140,19 @@ def test_a_node_missing_from_the_catalog_is_named() -> None:
 
 
 def test_the_example_pipeline_runs_to_an_export_or_a_tuned_model() -> None:
-    from somatize_tasks.examples import nodes  # noqa: F401
-    import json
-    from importlib import resources
-
-    plan = json.loads(resources.files("somatize_tasks.examples").joinpath("pipeline.plan.json").read_text())
+    plan = json.loads(
+        resources.files("somatize_tasks.examples").joinpath("pipeline.plan.json").read_text()
+    )
     assert isinstance(output_of(plan), dict)
 
 
 @pytest.mark.parametrize("n", [1, 7])
 def test_wide_parallel_joins_every_branch(n: int) -> None:
     plan = seq(par(*[ex(f"rt_add_{i + 2}") for i in range(n)]), ex("rt_join"))
-    assert output_of(plan, input=1) == {"keys": sorted(f"rt_add_{i + 2}" for i in range(n)), "total": 2.0 * n}
+    assert output_of(plan, input=1) == {
+        "keys": sorted(f"rt_add_{i + 2}" for i in range(n)),
+        "total": 2.0 * n,
+    }
 
 
 def test_local_run_makes_make_sum_right() -> None:
