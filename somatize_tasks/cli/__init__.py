@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "worker",
     "workers",
     "runs",
+    "reaper",
     "demo",
     "timeline",
     "cluster",

@@ -23,7 +23,7 @@ from somatize_tasks.runtime.reaper import Reaper
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
 from somatize_tasks.runtime.values import Expr, materialize
 from somatize_tasks.settings import Settings, redacted_url
-from somatize_tasks.store import ArtifactRef
+from somatize_tasks.store import ArtifactRef, key_part
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class PlanRun:
     @classmethod
     def attach(cls, run_id: str, settings: Settings | None = None) -> PlanRun:
         """Follow a run submitted elsewhere (another process, another machine)."""
+        key_part("run id", run_id)
         settings = settings or Settings.from_env()
         context = run_context(create_app(settings), settings, PRODUCER)
         raw = _guarded(

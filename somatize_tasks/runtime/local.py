@@ -7,6 +7,7 @@ so a plan tried locally computes exactly what it computes on the workers.
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections import deque
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from scheduler import ExecutionPlan, load_plan
 from somatize_tasks.catalog import Catalog, default_catalog
+from somatize_tasks.codecs import codec_for, codec_named
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
 from somatize_tasks.runtime.program import Block, compile_program
@@ -25,19 +27,28 @@ LOCAL_WORKER = "local"
 
 
 class MemoryValueStore:
-    """Node outputs kept in a dict; refs name their slot."""
+    """Node outputs kept in memory, encoded by the same codecs as on workers.
+
+    Encoding here too means a plan tried locally fails the same way a
+    distributed run would on an output no codec can carry, and no node can
+    change a value another node already received.
+    """
 
     def __init__(self) -> None:
-        self._values: dict[str, Any] = {}
+        self._values: dict[str, tuple[str, bytes]] = {}
         self._ids = itertools.count()
 
     def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        codec = codec_for(value)
+        buffer = io.BytesIO()
+        codec.write(value, buffer)
         key = f"{node_id}#{epoch}#{next(self._ids)}"
-        self._values[key] = value
+        self._values[key] = (codec.name, buffer.getvalue())
         return {"run_id": run_id, "node_id": node_id, "iteration": epoch, "memory_key": key}
 
     def get_value(self, ref: dict[str, Any]) -> Any:
-        return self._values[ref["memory_key"]]
+        codec_name, raw = self._values[ref["memory_key"]]
+        return codec_named(codec_name).read(io.BytesIO(raw))
 
 
 class _WorkList:

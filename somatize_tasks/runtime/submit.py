@@ -45,6 +45,7 @@ from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.state import DONE, FAILED
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
+from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -176,7 +177,10 @@ def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
 def _check_node_names(
     plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None
 ) -> None:
+    """Every node id must be safe as a storage key; params and ops must name real nodes."""
     known = set(plan.node_ids())
+    for node_id in known:
+        key_part(f"node id of plan node {node_id!r}", node_id)
     for what, mapping in (("params", params), ("ops", ops)):
         unknown = sorted(set(mapping or {}) - known)
         if unknown:

@@ -112,3 +112,14 @@ class MeanCentre:
 
     def forward(self, x: list[float], state: float) -> list[float]:
         return [v - state for v in x]
+
+
+@node("rt_unencodable")
+def unencodable(_: Any) -> object:
+    """An output no codec can encode."""
+    return object()
+
+
+@node("rt_size")
+def size(values: list[float]) -> int:
+    return len(values)

@@ -157,3 +157,9 @@ def test_wide_parallel_joins_every_branch(n: int) -> None:
 
 def test_local_run_makes_make_sum_right() -> None:
     assert output_of(seq(ex("rt_make"), ex("rt_sum"))) == MAKE_SUM
+
+
+def test_an_output_no_codec_can_encode_names_its_type_and_node() -> None:
+    error = error_of(seq(ex("rt_add"), ex("rt_unencodable")), input=1)
+    assert error["node_id"] == "rt_unencodable"
+    assert "object" in error["message"]
