@@ -193,8 +193,9 @@ def test_attach_from_a_second_process_follows_the_same_run(
         "import json, sys\n"
         "from somatize_tasks.runtime.handle import PlanRun\n"
         "run = PlanRun.attach(sys.argv[1])\n"
+        "output = run.wait(timeout=60)\n"
         "progress = list(vars(run.progress()).values())\n"
-        "print(json.dumps({'output': run.wait(timeout=60), 'progress': progress}))\n"
+        "print(json.dumps({'output': output, 'progress': progress}))\n"
     )
     env = {**settings.to_env(), "PYTHONPATH": str(REPO)}
     done = subprocess.run(  # noqa: PLW1510 - the return code is asserted below
