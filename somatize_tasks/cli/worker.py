@@ -12,8 +12,10 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from somatize_tasks.catalog import load_catalog_modules
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.cli import main
+from somatize_tasks.errors import CatalogError
 from somatize_tasks.keys import queue_name
 from somatize_tasks.settings import Settings
 
@@ -35,8 +37,14 @@ def worker_settings(**options: Any) -> Settings:
 
 def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:
     """The ``celery worker`` argument list: own queue, readable node name, events on."""
-    argv = ["worker", "-Q", queue_name(settings.worker_id),
-            "-n", f"{settings.worker_id}@%h", "--task-events"]
+    argv = [
+        "worker",
+        "-Q",
+        queue_name(settings.worker_id),
+        "-n",
+        f"{settings.worker_id}@%h",
+        "--task-events",
+    ]
     given_concurrency = any(arg.split("=")[0] in _CONCURRENCY_FLAGS for arg in extra)
     if settings.max_concurrent is not None and not given_concurrency:
         argv += ["--concurrency", str(settings.max_concurrent)]
@@ -49,8 +57,11 @@ def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:
 )
 @click.option("--worker-id", help="Stable id of this worker (default: from the hostname).")
 @click.option("--tags", "worker_tags", help="Comma-separated capability tags, e.g. gpu,training.")
-@click.option("--max-concurrent", type=click.IntRange(min=1),
-              help="Node slots advertised (default: the pool's concurrency).")
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(min=1),
+    help="Node slots advertised (default: the pool's concurrency).",
+)
 @click.option("--nodes", help="Comma-separated catalog modules to import at start.")
 @click.option("--gpu/--no-gpu", default=None, help="Force GPU presence (default: detect).")
 @click.option("--name", "worker_name", help="Readable name (default: <worker-id>@<host>).")
@@ -58,5 +69,11 @@ def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:
 def worker(celery_args: tuple[str, ...], **options: Any) -> None:
     """Start a worker consuming only its own queue, heartbeating into Redis."""
     settings = worker_settings(**options)
+    try:
+        # Import the catalog here first: Celery swallows errors raised while a
+        # worker starts, and a worker without its nodes only fails node by node.
+        load_catalog_modules(settings.nodes)
+    except CatalogError as exc:
+        raise click.ClickException(f"{exc}. Check --nodes (or SOMATIZE_NODES).") from None
     app = create_app(settings)
     app.worker_main(celery_argv(settings, celery_args))

@@ -95,3 +95,13 @@ def test_reaper_once_sweeps_and_exits(settings: Settings) -> None:
     done = cli("reaper", "--once", settings=lonely)
     assert done.returncode == 0, done.stderr
     assert "no run needed repair" in done.stdout
+
+
+def test_a_worker_whose_node_module_cannot_be_imported_stops_with_a_clear_error(
+    settings: Settings,
+) -> None:
+    args = ("worker", "--worker-id", "broken", "--nodes", "no_such_module_here")
+    done = cli(*args, settings=settings, timeout=60)
+    assert done.returncode == 1
+    assert "cannot load node module 'no_such_module_here'" in done.stderr
+    assert "Traceback" not in done.stderr

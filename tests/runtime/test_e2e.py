@@ -18,7 +18,7 @@ import pytest
 
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.handle import NodeFailedError, PlanRun, RunCancelledError
-from somatize_tasks.runtime.submit import NoWorkersError, submit_plan
+from somatize_tasks.runtime.submit import NoWorkersError, submit_plan, submit_study
 from somatize_tasks.settings import Settings
 from tests.conftest import REPO, WorkerProcess, wait_for
 from tests.runtime import run_nodes  # noqa: F401  (the local fallback needs the catalog here)
@@ -229,3 +229,15 @@ def test_no_live_worker_runs_locally_with_a_warning_unless_workers_are_required(
     with pytest.raises(NoWorkersError, match="Start a worker"):
         submit_plan(ex("rt_add"), settings=lonely, require_workers=True)
     assert PlanRun  # the fallback returns the same handle type
+
+
+def test_a_study_runs_one_trial_per_entry_round_robin_across_workers(
+    settings: Settings, two_workers: Workers
+) -> None:
+    trials = [{"rt_add": {"k": float(k)}} for k in (1, 2, 3, 4)]
+    study = submit_study(seq(ex("rt_add"), ex("rt_double")), trials=trials, input=10,
+                         settings=settings)  # fmt: skip
+    assert study.wait(timeout=60) == [22.0, 24.0, 26.0, 28.0]
+    placed = [run.distribution.assignments[0].worker_id for run in study.runs]
+    assert placed[0] != placed[1] and placed[0] == placed[2] and placed[1] == placed[3]
+    assert {a.phase.kind for run in study.runs for a in run.distribution.assignments} == {"trial"}
