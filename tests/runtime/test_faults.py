@@ -6,16 +6,20 @@ so killing them cannot disturb the session's shared workers.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from redis import Redis
 
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.handle import NodeFailedError, RunError, RunStateLostError
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.state import LeafResult
@@ -166,3 +170,60 @@ def test_the_first_completion_wins_and_stale_messages_are_refused(settings: Sett
     assert state.record_leaf(0, 0, ["a"], result) is False  # a duplicate completion is dropped
     assert state.mark_running(["a"], "w1", 0, 0, "t2") is None  # done: never runs again
     state.client.delete(*state.all_keys())
+
+
+def _redis_on(port: int, password: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+         "no", "--requirepass", password],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
+    assert wait_for(lambda: _pings(url), 10), "redis-server did not start"
+    return proc
+
+
+def _pings(url: str) -> bool:
+    try:
+        return bool(Redis.from_url(url, socket_connect_timeout=0.2).ping())
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
+def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearly(
+    tmp_path: Path,
+) -> None:
+    password = "s3cret-pw"
+    port = free_port()
+    server = _redis_on(port, password)
+    settings = Settings(
+        redis_url=f"redis://:{password}@127.0.0.1:{port}/0", key_prefix="restart",
+        heartbeat_interval_s=0.5, store_kind="local", store_dir=tmp_path / "store",
+        cache_dir=tmp_path / "cache", worker_id="restart-producer",
+    )  # fmt: skip
+    factory = WorkerFactory(settings, tmp_path)
+    try:
+        worker = factory.start("solo", tags="cpu")
+        assert (
+            submit_plan(ex("rt_add"), input=1, settings=settings, require_workers=True).wait(30)
+            == 2
+        )
+        run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 3}}, settings=settings,
+                          require_workers=True)  # fmt: skip
+        server.kill()
+        server.wait()
+        server = _redis_on(port, password)  # empty: the run's state is gone
+        started = time.monotonic()
+        with pytest.raises(RunStateLostError):
+            run.wait(timeout=30)
+        assert time.monotonic() - started < 10
+        registry = Registry.from_settings(settings)
+        assert wait_for(lambda: any(w.info.id == worker.worker_id for w in registry.live()), 45)
+        after = submit_plan(ex("rt_add"), input=5, settings=settings, require_workers=True)
+        assert after.wait(timeout=60) == 6
+        assert password not in worker.log()
+    finally:
+        factory.close()
+        server.kill()
+        server.wait()
