@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import PlanValidationError
-from somatize_tasks.errors import ArtifactIdError
+from somatize_tasks.errors import ArtifactIdError, SomatizeError
 from somatize_tasks.runtime.handle import PlanRun
 from somatize_tasks.runtime.submit import PlanInputError, submit_plan
 from somatize_tasks.settings import Settings
@@ -52,3 +52,18 @@ def test_a_duplicate_node_id_is_named(settings: Settings) -> None:
 def test_a_run_id_with_path_characters_is_refused(settings: Settings) -> None:
     with pytest.raises(ArtifactIdError, match="run id"):
         PlanRun.attach("../../etc/passwd", settings)
+
+
+@pytest.mark.slow
+def test_a_large_input_goes_through_the_store_and_an_unreachable_store_is_named(
+    settings: Settings, two_workers: object
+) -> None:
+    dead_s3 = settings.model_copy(
+        update={"s3_endpoint_url": "http://127.0.0.1:9", "transfer_max_retries": 0}
+    )
+    big = list(range(50_000))  # far over the inline limit: never carried in a message
+    with pytest.raises(SomatizeError) as caught:
+        submit_plan(ex("rt_size"), input=big, settings=dead_s3, require_workers=True)
+    message = str(caught.value)
+    assert "http://127.0.0.1:9" in message and settings.s3_bucket in message
+    assert "testing-secret" not in message

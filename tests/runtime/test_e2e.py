@@ -241,3 +241,14 @@ def test_a_study_runs_one_trial_per_entry_round_robin_across_workers(
     placed = [run.distribution.assignments[0].worker_id for run in study.runs]
     assert placed[0] != placed[1] and placed[0] == placed[2] and placed[1] == placed[3]
     assert {a.phase.kind for run in study.runs for a in run.distribution.assignments} == {"trial"}
+
+
+def test_a_large_input_travels_through_the_store_not_inside_messages(
+    settings: Settings, two_workers: Workers
+) -> None:
+    run = submit_plan(
+        ex("rt_size"), input=list(range(50_000)), settings=settings, require_workers=True
+    )
+    assert run.wait(timeout=60) == 50_000
+    recorded = json.loads(run._context.redis.hget(run._state.meta, "input") or b"{}")
+    assert recorded["ref"]["inline"] is None and recorded["ref"]["size"] > settings.inline_max_bytes
