@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from celery import chain, chord
 
+from bench.common import bench_settings
 from somatize_tasks import create_app, submit_plan
 from somatize_tasks.keys import queue_name
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, _answers, start_redis_server
+from tests.conftest import WorkerFactory
 
 
 def chain_plan(size: int) -> dict[str, object]:
@@ -61,28 +60,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    redis_proc = None
-    redis_url = "redis://127.0.0.1:6379/0"
-    if not _answers(redis_url):
-        redis_proc, port = start_redis_server()
-        redis_url = f"redis://127.0.0.1:{port}/0"
-    root = Path(tempfile.mkdtemp(prefix="bench-dispatch-"))
-    prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = Settings(
-        redis_url=redis_url,
-        key_prefix=prefix,
-        store_kind="local",
-        store_dir=root / "store",
-        cache_dir=root / "cache",
-        heartbeat_interval_s=0.5,
-        worker_id=f"{prefix}-producer",
-    )
+    with bench_settings("bench-dispatch") as (settings, root):
+        measure(settings, root, args.size, args.repeats)
+
+
+def measure(settings: Settings, root: Path, size: int, repeats: int) -> None:
+    """Start two workers, time both workloads both ways, print the table."""
     factory = WorkerFactory(settings, root)
     try:
         first = factory.start("a", tags="cpu", nodes="bench.dispatch_nodes")
         factory.start("b", tags="cpu", nodes="bench.dispatch_nodes")
         app = create_app(settings)
-        size = args.size
         noop = app.signature("bench.noop", queue=queue_name(first.worker_id))
 
         def ours(plan: dict[str, object]) -> Callable[[], object]:
@@ -101,18 +89,18 @@ def main() -> None:
         rows = [
             (
                 f"{size}-node chain",
-                median_s(ours(chain_plan(size)), args.repeats),
-                median_s(celery_chain, args.repeats),
+                median_s(ours(chain_plan(size)), repeats),
+                median_s(celery_chain, repeats),
                 1.5,
             ),
             (
                 f"{size}-branch fork-join",
-                median_s(ours(fork_join_plan(size)), args.repeats),
-                median_s(celery_chord, args.repeats),
+                median_s(ours(fork_join_plan(size)), repeats),
+                median_s(celery_chord, repeats),
                 1.2,
             ),
         ]
-        print(f"median of {args.repeats} runs each, 2 workers (prefork, concurrency 2), one Redis")
+        print(f"median of {repeats} runs each, 2 workers (prefork, concurrency 2), one Redis")
         print(f"{'workload':24} {'submit_plan':>12} {'plain celery':>13} {'ratio':>7} {'goal':>6}")
         for name, mine, theirs, goal in rows:
             verdict = "ok" if mine / theirs <= goal else "over"
@@ -122,8 +110,6 @@ def main() -> None:
             )
     finally:
         factory.close()
-        if redis_proc is not None:
-            redis_proc.kill()
 
 
 if __name__ == "__main__":

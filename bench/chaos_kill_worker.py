@@ -17,17 +17,16 @@ import json
 import random
 import signal
 import statistics
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from bench import chaos_nodes  # noqa: F401  (the catalog, for the expected output)
+from bench.common import bench_settings
 from somatize_tasks import PlanRun, run_local, submit_plan
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, WorkerProcess, _answers, start_redis_server
+from tests.conftest import WorkerFactory, WorkerProcess
 
 NODES = "bench.chaos_nodes"
 
@@ -88,29 +87,16 @@ def main() -> None:
     args = parser.parse_args()
     random.seed(args.seed)
 
-    redis_proc, redis_url = None, "redis://127.0.0.1:6379/0"
-    if not _answers(redis_url):
-        redis_proc, port = start_redis_server()
-        redis_url = f"redis://127.0.0.1:{port}/0"
-    root = Path(tempfile.mkdtemp(prefix="chaos-"))
-    prefix = f"chaos-{uuid.uuid4().hex[:8]}"
-    settings = Settings(
-        redis_url=redis_url,
-        key_prefix=prefix,
-        store_kind="local",
-        store_dir=root / "store",
-        cache_dir=root / "cache",
-        inline_max_bytes=128,
-        heartbeat_interval_s=0.5,
-        reroute_grace_s=10,
-        worker_id=f"{prefix}-producer",
-    )
+    overrides = {"inline_max_bytes": 128, "reroute_grace_s": 10}
+    with bench_settings("chaos", **overrides) as (settings, root):
+        chaos(settings, root, args.runs, args.restart_after)
+
+
+def chaos(settings: Settings, root: Path, runs: int, restart_after: float) -> None:
+    """Run the plan ``runs`` times, killing a worker in each; print the figures."""
+    prefix = settings.key_prefix
     plan = chaos_plan()
-    expected = run_local(
-        plan,
-        params={},
-        input=None,
-    ).output
+    expected = run_local(plan).output
     total = 50
     factory = WorkerFactory(settings, root)
     try:
@@ -118,14 +104,14 @@ def main() -> None:
             w.worker_id: w for w in (factory.start(n, tags="cpu", nodes=NODES) for n in "xyz")
         }
         rows = []
-        for index in range(args.runs):
+        for index in range(runs):
             restart = index % 2 == 1
             run = submit_plan(plan, settings=settings, require_workers=True)
             victim, killed_at = kill_when_busy(run, workers, total)
             if restart:
                 name = victim.removeprefix(f"{prefix}-")
                 threading.Timer(
-                    args.restart_after,
+                    restart_after,
                     lambda n=name: workers.update(
                         {f"{prefix}-{n}": factory.start(n, tags="cpu", nodes=NODES, wait=False)}
                     ),
@@ -147,7 +133,7 @@ def main() -> None:
                 name = victim.removeprefix(f"{prefix}-")
                 workers[victim] = factory.start(name, tags="cpu", nodes=NODES)
             else:
-                time.sleep(max(0.0, args.restart_after + 1 - (time.monotonic() - killed_at)))
+                time.sleep(max(0.0, restart_after + 1 - (time.monotonic() - killed_at)))
                 factory.wait_live(workers[victim])
         ok = sum(1 for correct, _, _ in rows if correct)
         print(f"runs completed with the correct output: {ok}/{len(rows)}")
@@ -162,8 +148,6 @@ def main() -> None:
         )
     finally:
         factory.close()
-        if redis_proc is not None:
-            redis_proc.kill()
 
 
 if __name__ == "__main__":

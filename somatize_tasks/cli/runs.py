@@ -86,6 +86,24 @@ def _optional_json(path: str | None, what: str) -> Any:
     return None if path is None else load_json_file(path, what)
 
 
+def _read_run_files(
+    plan_file: str,
+    input_file: str | None,
+    params_file: str | None,
+    ops_file: str | None,
+    nodes: tuple[str, ...],
+) -> tuple[Any, dict[str, Any]]:
+    """The plan and the keyword arguments a run takes, from the command's files;
+    the ``--nodes`` modules are imported first (a local run needs their catalog)."""
+    import_node_modules(split_modules(nodes))
+    inputs = {
+        "input": _optional_json(input_file, "input"),
+        "params": _optional_json(params_file, "params"),
+        "ops": _optional_json(ops_file, "ops"),
+    }
+    return load_json_file(plan_file, "plan"), inputs
+
+
 @main.command("submit")
 @plan_argument
 @input_option
@@ -115,12 +133,10 @@ def submit(
     require_workers: bool,
 ) -> None:
     """Submit PLAN.json to the live workers."""
-    import_node_modules(split_modules(nodes))
+    plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
     run = submit_plan(
-        load_json_file(plan_file, "plan"),
-        input=_optional_json(input_file, "input"),
-        params=_optional_json(params_file, "params"),
-        ops=_optional_json(ops_file, "ops"),
+        plan,
+        **inputs,
         require_workers=require_workers,
         settings=Settings.from_env(),
     )
@@ -243,13 +259,8 @@ def run(
     as_json: bool,
 ) -> None:
     """Run PLAN.json here, in this process (no Redis, no workers): to try a plan."""
-    import_node_modules(split_modules(nodes))
-    result = run_local(
-        load_json_file(plan_file, "plan"),
-        input=_optional_json(input_file, "input"),
-        params=_optional_json(params_file, "params"),
-        ops=_optional_json(ops_file, "ops"),
-    )
+    plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
+    result = run_local(plan, **inputs)
     if result.status != "done":
         error = result.error or {}
         raise click.ClickException(

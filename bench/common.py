@@ -1,0 +1,40 @@
+"""What the benchmarks share: a Redis to run against and settings for a throwaway cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from somatize_tasks.settings import Settings
+from tests.conftest import _answers, start_redis_server
+
+STANDARD_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@contextmanager
+def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path]]:
+    """Settings on the local Redis (or a throwaway redis-server), a unique key
+    prefix, a shared-directory store in a temp dir; and that temp dir."""
+    server: subprocess.Popen[bytes] | None = None
+    redis_url = STANDARD_REDIS
+    if not _answers(redis_url):
+        server, port = start_redis_server()
+        redis_url = f"redis://127.0.0.1:{port}/0"
+    root = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    prefix = f"{name}-{uuid.uuid4().hex[:8]}"
+    options: dict[str, Any] = {
+        "redis_url": redis_url, "key_prefix": prefix, "store_kind": "local",
+        "store_dir": root / "store", "cache_dir": root / "cache",
+        "heartbeat_interval_s": 0.5, "worker_id": f"{prefix}-producer", **overrides,
+    }  # fmt: skip
+    try:
+        yield Settings(**options), root
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
