@@ -133,7 +133,8 @@ class Engine:
         elif parent.kind == "Parallel":
             results = self.state.join(parent.index, epoch, block.position, output)
             if results is not None:
-                self.complete(parent.index, epoch, join_branches(results))
+                names = self.program.branch_names(parent)
+                self.complete(parent.index, epoch, join_branches(results, names))
         elif parent.kind == "Loop":
             self._loop_pass_done(parent, epoch, output)
         else:  # Remote, a Branch arm, a Step handoff: the parent ends with the child
@@ -143,23 +144,47 @@ class Engine:
         node = loop.node
         assert isinstance(node, Loop)
         _, outer_epoch, pass_number = self.state.epoch_info(pass_epoch)
-        carried = body_output
-        if node.carry_from is not None:
-            carried = self.state.node_output(node.carry_from, pass_epoch) or body_output
-        capped = node.max_iterations is not None and pass_number >= node.max_iterations
-        if capped or self._signals_stop(node, pass_epoch):
+        try:
+            carried = self._carried(node, pass_epoch, pass_number, body_output)
+            capped = node.max_iterations is not None and pass_number >= node.max_iterations
+            stop = capped or self._signals_stop(node, pass_epoch, pass_number)
+        except ControlFlowError as exc:
+            self.fail(loop, exc, "dispatcher")
+            return
+        if stop:
+            # An enclosing loop reads some of this loop's nodes in its own pass.
+            self.state.lift(self.program.lifted_out_of(loop), pass_epoch, outer_epoch)
             self.complete(loop.index, outer_epoch, carried)
             return
         next_epoch = self.state.new_epoch(loop.index, outer_epoch, pass_number + 1)
         self.start(loop.children[0], next_epoch, carried)
 
-    def _signals_stop(self, node: Loop, pass_epoch: int) -> bool:
+    def _carried(self, node: Loop, pass_epoch: int, pass_number: int, body_output: Expr) -> Expr:
+        """What the next pass starts from: ``carry_from``'s output, else the body's."""
+        if node.carry_from is None:
+            return body_output
+        carried = self.state.node_output(node.carry_from, pass_epoch)
+        if carried is None:
+            raise ControlFlowError(
+                f"loop '{node.node_id}' carries from '{node.carry_from}', "
+                f"which did not run in pass {pass_number}"
+            )
+        return carried
+
+    def _signals_stop(self, node: Loop, pass_epoch: int, pass_number: int) -> bool:
         if node.until.type == "Exhaust":
             return False
         if node.until.type == "WhenSignaled":
             return self.state.signal(node.until.node or "", pass_epoch) is True
+        # BodyTerminal: the end nodes that ran this pass (one Branch arm's, say) decide.
         verdicts = [self.state.signal(n, pass_epoch) for n in terminal_nodes(node.body)]
-        return bool(verdicts) and all(v is True for v in verdicts)
+        given = [v for v in verdicts if v is not None]
+        if not given:
+            raise ControlFlowError(
+                f"loop '{node.node_id}' stops when its body's last node signals, "
+                f"but none of {', '.join(terminal_nodes(node.body))} ran in pass {pass_number}"
+            )
+        return all(given)
 
     # --- ending early ----------------------------------------------------------------
 

@@ -89,6 +89,27 @@ class Program:
         """The task block that runs ``node_id`` (None for a Loop controller)."""
         return self.block_by_node.get(node_id)
 
+    def branch_names(self, parallel: Block) -> list[str | None]:
+        """Keys of a Parallel's branches in its output: None (keyed by the node
+        the output came from) for branches with nodes, ``branch_<i>`` for empty ones."""
+        return [
+            None if next(self.blocks[child].node.iter_node_ids(), None) else f"branch_{i}"
+            for i, child in enumerate(parallel.children)
+        ]
+
+    def lifted_out_of(self, loop: Block) -> list[str]:
+        """Nodes of ``loop`` that an enclosing loop reads (its ``carry_from``,
+        its signal): their last pass's output and signal count in the outer pass."""
+        inside = set(loop.node.iter_node_ids())
+        wanted: list[str] = []
+        current = loop.parent
+        while current is not None:
+            outer = self.blocks[current].node
+            if isinstance(outer, Loop):
+                wanted += [n for n in _loop_reads(outer) if n in inside]
+            current = self.blocks[current].parent
+        return wanted
+
     def target_of(self, block: Block) -> RemoteTarget | None:
         """The nearest enclosing ``Remote`` target: what a re-placement must honour."""
         current: Block | None = block
@@ -182,6 +203,16 @@ def terminal_nodes(node: PlanNode) -> list[str]:
     if isinstance(node, Remote):
         return terminal_nodes(node.plan)
     return []
+
+
+def _loop_reads(loop: Loop) -> list[str]:
+    """The nodes whose output or signal a loop reads at the end of a pass."""
+    reads = [loop.carry_from] if loop.carry_from else []
+    if loop.until.type == "WhenSignaled" and loop.until.node:
+        reads.append(loop.until.node)
+    elif loop.until.type == "BodyTerminal":
+        reads += terminal_nodes(loop.body)
+    return reads
 
 
 def _signal_nodes(root: PlanNode) -> frozenset[str]:

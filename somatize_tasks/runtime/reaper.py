@@ -21,10 +21,11 @@ What a repair does
        inline or in the shared store are reused; an input that lived only
        in the dead worker's cache is recomputed first, from its own saved
        input (recursively), and the block waits for it.
-    4. Drops the dead worker's queue. A copy of an old message that still
-       runs somewhere later is refused by ``mark_running`` (task id
-       mismatch), and if a duplicate completes anyway, the first result
-       recorded wins.
+    4. Leaves the dead worker's queue alone (other runs' watchers may not
+       have seen the death yet). A copy of an old message that runs later
+       anyway (the worker came back, a redelivery) is refused by
+       ``mark_running`` (task id mismatch), and if a duplicate completes
+       anyway, the first result recorded wins.
 What it cannot fix
     A node pinned (``WorkerId``) to the dead worker, or needing a tag no
     live worker has, fails the run after ``reroute_grace_s`` (the worker
@@ -58,7 +59,6 @@ from scheduler import (
     schedule,
 )
 from somatize_tasks.celery_app import settings_of
-from somatize_tasks.keys import queue_name
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
@@ -140,7 +140,7 @@ class _Repair:
             self.redis.srem(self.context.keys.active_runs, self.run_id)
             return False
         nodes = {k.decode(): json.loads(v) for k, v in self.redis.hgetall(self.state.nodes).items()}
-        if self._fail_overdue(program, nodes):
+        if self._fail_overdue(program, nodes) or self._fail_stalled(program, nodes):
             return True
         stranded = self._stranded(nodes)
         starved, lost_sources = self._starved(nodes)
@@ -158,7 +158,6 @@ class _Repair:
         blocks = {(nodes[n]["block"], nodes[n]["epoch"]) for n in stranded} | starved
         for bid, epoch in sorted(blocks):
             self._redispatch(program, dispatcher, program.blocks[bid], epoch)
-        self._drop_queues(dead)
         log.warning(
             "run %s: re-routed blocks %s away from dead worker(s) %s",
             self.run_id,
@@ -210,6 +209,23 @@ class _Repair:
                     starved.add(key)
                     sources.add(source)
         return starved, sources
+
+    def _fail_stalled(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
+        """A running run with nothing pending or running for too long has lost a
+        step (its worker died between recording a result and publishing the next).
+        Fail it clearly rather than let its producer wait forever."""
+        if any(s.get("state") in UNFINISHED for s in nodes.values()):
+            return False
+        seen = [t for s in nodes.values() for t in (s.get("ended_at"), s.get("queued_at")) if t]
+        created = self.redis.hget(self.state.meta, "created_at")
+        last = max([*seen, float(created or 0)])
+        stall = self.reaper.settings.transfer_stall_s
+        if time.time() - last < stall:
+            return False
+        self._fail(program, None, None, f"run {self.run_id} stalled: no node pending or running "
+                   f"for {stall:g} s (a worker probably died between two steps); resubmit it",
+                   "RunStalled")  # fmt: skip
+        return True
 
     def _fail_overdue(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
         """A node running past its hard time limit was killed; fail its run."""
@@ -342,14 +358,6 @@ class _Repair:
             if block is not None:
                 lost[(block.index, artifact.iteration)] = (block, artifact.iteration)
         return list(lost.values())
-
-    def _drop_queues(self, dead: Iterable[str]) -> None:
-        broker = self.reaper.settings.broker
-        if not broker.startswith(("redis://", "rediss://")):
-            return
-        client = Redis.from_url(broker) if broker != self.reaper.settings.redis_url else self.redis
-        for worker_id in dead:
-            client.delete(queue_name(worker_id))
 
 
 def finish_recompute(

@@ -19,8 +19,6 @@ from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult
 from somatize_tasks.runtime.values import Expr
 
-RESULT_PARTS = ("results", "nodes", "done", "transfers", "finished")
-
 # KEYS: meta, results, nodes, done. ARGV: leaf field, leaf json, n, n x (field, value),
 # m, m x (node id, state json).
 _RECORD_LEAF = """
@@ -90,6 +88,21 @@ return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 """
 
 
+# KEYS: nodes, results, transfers, meta. ARGV: node id, task id, counter field,
+# marker field, transfer record. Returns the distribution version when this
+# arrival is the block's last missing input (publish it now), else -1: a stale
+# chain (the block was re-dispatched), a redelivered duplicate, or more to come.
+_TRANSFER_ARRIVED = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current or cjson.decode(current)['task_id'] ~= ARGV[2] then return -1 end
+if redis.call('HSETNX', KEYS[2], ARGV[4], 1) == 0 then return -1 end
+redis.call('RPUSH', KEYS[3], ARGV[5])
+if redis.call('HINCRBY', KEYS[2], ARGV[3], -1) ~= 0 then return -1 end
+if redis.call('HGET', KEYS[4], 'status') ~= 'running' then return -1 end
+return tonumber(redis.call('HGET', KEYS[4], 'version') or '0')
+"""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -113,6 +126,7 @@ class RedisRunState:
         self._new_epoch = client.register_script(_NEW_EPOCH)
         self._finish = client.register_script(_FINISH)
         self._mark_running = client.register_script(_MARK_RUNNING)
+        self._transfer_arrived = client.register_script(_TRANSFER_ARRIVED)
 
     def all_keys(self) -> list[str]:
         return [self.meta, self.results, self.nodes, self.done, self.finished, self.transfers]
@@ -194,6 +208,19 @@ class RedisRunState:
         status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
 
+    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
+        if not nodes:
+            return
+        fields = [f"{kind}:{n}:{from_epoch}" for n in nodes for kind in ("n", "s")]
+        values = self.client.hmget(self.results, fields)
+        lifted: dict[str | bytes, bytes | float | int | str] = {
+            field.rsplit(":", 1)[0] + f":{to_epoch}": value
+            for field, value in zip(fields, values, strict=True)
+            if value is not None
+        }
+        if lifted:
+            self.client.hset(self.results, mapping=lifted)
+
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
             return
@@ -220,10 +247,17 @@ class RedisRunState:
         )
         return None if version < 0 else version
 
-    def task_is_current(self, node_id: str, task_id: str) -> bool:
-        """Whether ``task_id`` is still the task a node waits for (not re-dispatched)."""
-        raw = self.client.hget(self.nodes, node_id)
-        return raw is not None and json.loads(raw).get("task_id") == task_id
+    def transfer_arrived(
+        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str
+    ) -> int | None:
+        """Count one input in, once; the distribution version if it was the last one."""
+        version = self._transfer_arrived(
+            keys=[self.nodes, self.results, self.transfers, self.meta],
+            args=[
+                node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}", record
+            ],
+        )  # fmt: skip
+        return None if int(version) < 0 else int(version)
 
     def finish(
         self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None

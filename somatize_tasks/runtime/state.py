@@ -101,6 +101,11 @@ class RunState(Protocol):
         """End the run once; False if it had already ended."""
         ...
 
+    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
+        """Copy these nodes' outputs and signals from a loop's last pass to the
+        pass around it, where an enclosing loop looks for them."""
+        ...
+
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         """Nodes that ran no task of their own end in ``state``: a loop controller
         is ``done`` when its loop is, the arms a Branch did not take are ``skipped``."""
@@ -178,6 +183,13 @@ class MemoryRunState:
             entry = self.nodes.setdefault(node_id, {})
             entry.update(state=state, worker=worker_id, epoch=epoch)
             entry.setdefault("started_at", now) if state == RUNNING else None
+
+    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
+        for node_id in nodes:
+            if (node_id, from_epoch) in self.outputs:
+                self.outputs[node_id, to_epoch] = self.outputs[node_id, from_epoch]
+            if (node_id, from_epoch) in self.signals:
+                self.signals[node_id, to_epoch] = self.signals[node_id, from_epoch]
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         for node_id in nodes:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -100,16 +99,15 @@ def input_ready(
     engine, dispatcher = found
     state = dispatcher.state
     target = engine.program.blocks[block]
-    if not state.task_is_current(target.task_node_ids()[0], task_id):
-        return  # the block was re-dispatched since; this transfer chain is stale
-    pipe = state.client.pipeline()
-    pipe.rpush(state.transfers, transfer_record(ref, target, context.worker_id, "s3"))
-    pipe.hincrby(state.results, f"p:{block}:{epoch}", -1)
-    pipe.hmget(state.meta, "status", "version")
-    _, remaining, (status, version) = pipe.execute()
-    if remaining == 0 and status == b"running":
-        if int(version or 0) != engine.program.version:  # the reaper moved nodes since
-            engine, dispatcher = _engine(context, run_id, refresh=True) or found
-            target = engine.program.blocks[block]
-        input_expr = json.loads(state.client.hget(state.results, f"i:{block}:{epoch}") or b"{}")
-        dispatcher.publish_node(target, epoch, input_expr, task_id)
+    record = transfer_record(ref, target, context.worker_id, "s3")
+    ref_key = f"{ref['node_id']}#{ref.get('iteration', 0)}"
+    version = state.transfer_arrived(
+        target.task_node_ids()[0], task_id, block, epoch, ref_key, record
+    )
+    if version is None:
+        return  # more inputs to come, a stale chain, or a duplicate delivery
+    if version != engine.program.version:  # the reaper moved nodes since
+        engine, dispatcher = _engine(context, run_id, refresh=True) or found
+        target = engine.program.blocks[block]
+    input_expr = state.load_input(block, epoch)
+    dispatcher.publish_node(target, epoch, input_expr, task_id)

@@ -55,19 +55,22 @@ def materialize(expr: Expr, fetch: Callable[[dict[str, Any]], Any]) -> Any:
     raise ValueError(f"not a value expression: keys {sorted(expr)}")
 
 
-def join_branches(results: list[Expr]) -> Expr:
+def join_branches(results: list[Expr], names: list[str | None]) -> Expr:
     """A Parallel's output from its branches' outputs, in branch order.
 
-    Each branch is keyed by its terminal node id (a nested Parallel's map is
-    merged in); a branch whose output is a plain literal (an ``Empty``
-    branch passes its input through) is keyed ``branch_<i>``.
+    ``names[i]`` is branch i's key: None for a branch with nodes, which is
+    keyed by the node its output came from (a nested Parallel's map is
+    merged in); a branch with no nodes passes its input through under its
+    given name (``branch_<i>``), so two such branches never collide.
     """
     items: dict[str, Expr] = {}
-    for index, result in enumerate(results):
-        if "ref" in result:
+    for result, name in zip(results, names, strict=True):
+        if name is not None:
+            items[name] = result
+        elif "ref" in result:
             items[result["ref"]["node_id"]] = result
         elif "map" in result:
             items.update(result["map"])
         else:
-            items[f"branch_{index}"] = result
+            items[f"branch_{len(items)}"] = result
     return map_expr(items)

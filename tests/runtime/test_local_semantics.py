@@ -163,3 +163,28 @@ def test_an_output_no_codec_can_encode_names_its_type_and_node() -> None:
     error = error_of(seq(ex("rt_add"), ex("rt_unencodable")), input=1)
     assert error["node_id"] == "rt_unencodable"
     assert "object" in error["message"]
+
+
+def test_parallel_keeps_every_empty_branch_under_its_own_name() -> None:
+    plan = seq(ex("rt_add"), par("Empty", "Empty", ex("rt_double")))
+    assert output_of(plan, input=1) == {"branch_0": 2, "branch_1": 2, "rt_double": 4}
+
+
+def test_a_loop_whose_body_ends_in_a_branch_stops_on_the_taken_arms_signal() -> None:
+    # Only the "small" arm runs (values stay under 10); its rt_done_2 signals stop at 5.
+    # The untaken arm's node gives no signal and must not keep the loop going.
+    body = seq(ex("rt_add"), {"Branch": {"node_id": "rt_label", "arms": [
+        ["small", ex("rt_done_2")], ["big", ex("rt_done")]]}})  # fmt: skip
+    plan = {"Loop": {"node_id": "l", "body": body, "max_iterations": 50, "carry_from": "rt_add"}}
+    assert output_of(plan, input=0) == 5
+
+
+def test_an_outer_loop_reads_the_carry_and_signal_of_an_inner_loop() -> None:
+    until = {"type": "WhenSignaled", "node": "rt_done"}
+    body = seq(ex("rt_add"), ex("rt_done"))
+    inner = {"Loop": {"node_id": "inner", "body": body, "max_iterations": 10, "until": until,
+                      "carry_from": "rt_add"}}  # fmt: skip
+    outer = {"Loop": {"node_id": "outer", "body": inner, "max_iterations": 3, "until": until,
+                      "carry_from": "rt_add"}}  # fmt: skip
+    # The inner loop counts 0 -> 5 and signals stop; the outer loop sees that stop at once.
+    assert output_of(outer, input=0) == 5
