@@ -84,9 +84,12 @@ class Heart:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
-            active = self.count_active()
-            if active != self._last_active or time.monotonic() >= self._due:
-                self._beat(active)
+            try:
+                active = self.count_active()
+                if active != self._last_active or time.monotonic() >= self._due:
+                    self._beat(active)
+            except Exception:  # the thread must outlive any one bad beat
+                log.exception("heartbeat failed unexpectedly; retrying")
 
     def _beat(self, active: int) -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -134,12 +135,13 @@ def submit(
 ) -> None:
     """Submit PLAN.json to the live workers."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
-    run = submit_plan(
-        plan,
-        **inputs,
-        require_workers=require_workers,
-        settings=Settings.from_env(),
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = submit_plan(
+            plan, **inputs, require_workers=require_workers, settings=Settings.from_env()
+        )
+    for warning in caught:  # for people: one line each, not Python's warning format
+        people.print(f"[yellow]warning:[/yellow] {warning.message}")
     people.print(f"run [bold]{run.id}[/bold]")
     _show_distribution(run.distribution)
     if not wait:
@@ -172,6 +174,7 @@ def follow(run: PlanRun, timeout: float | None = None, interval_s: float = 0.2) 
         overall = bar.add_task("[bold]all nodes", total=run.progress().total)
         lanes = {w: bar.add_task(f"  {w}", total=n) for w, n in sorted(per_worker.items())}
         while True:
+            run.watch()  # following a run makes this process one of its watchers
             status = run.status()
             bar.update(overall, completed=run.progress().done)
             done_by = Counter(  # skipped arms and loop controllers count for their lane

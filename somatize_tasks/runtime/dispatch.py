@@ -26,6 +26,7 @@ from somatize_tasks.runtime.values import Expr, refs_in
 
 NODE_TASK = "somatize.node.run"
 INPUT_READY_TASK = "somatize.run.input_ready"
+TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
 
 class CeleryDispatcher:
@@ -166,7 +167,12 @@ class CeleryDispatcher:
             INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
             queue=queue_name(worker), argsrepr=shown,
         ))  # fmt: skip
-        return chain(*steps)
+        failed = app.signature(
+            TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)
+        )
+        transfer = chain(*steps)
+        transfer.link_error(failed)  # fails the run, naming the store's error
+        return transfer
 
 
 def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:

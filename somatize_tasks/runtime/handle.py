@@ -181,7 +181,7 @@ class PlanRun:
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
-            self._watch()
+            self.watch()
             _guarded(
                 self._context.settings,
                 lambda r=remaining: self._context.redis.blpop(
@@ -224,8 +224,12 @@ class PlanRun:
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        """While waiting, this producer is one of the run's watchers (see the reaper)."""
+    def watch(self) -> None:
+        """Take part in watching this run (see the reaper): repair it if a worker died.
+
+        ``wait`` and the CLI's progress bar call it; it does real work at most
+        once per heartbeat interval.
+        """
         now = time.monotonic()
         if now < self._next_watch:
             return

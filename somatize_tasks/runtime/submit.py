@@ -107,7 +107,8 @@ def submit_study(
         _check_node_names(execution_plan, trial, ops)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
-    workers = [w.info for w in Registry.from_settings(settings, context.redis).live()]
+    live = _guarded(settings, lambda: Registry.from_settings(settings, context.redis).live())
+    workers = [w.info for w in live]
     study = schedule_study(execution_plan, workers, len(trials), differentiable_nodes)
     if study.is_local:
         raise NoWorkersError(f"no live worker can run the study: {'; '.join(study.warnings)}")
@@ -289,3 +290,6 @@ class LocalPlanRun(PlanRun):
 
     def cancel(self) -> bool:
         return False
+
+    def watch(self) -> None:
+        """Nothing to watch: the run already happened in this process."""

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -18,10 +19,12 @@ from celery import Task, shared_task
 
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
+from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
     NODE_TASK,
+    TRANSFER_FAILED_TASK,
     CeleryDispatcher,
     transfer_record,
 )
@@ -111,3 +114,36 @@ def input_ready(
         target = engine.program.blocks[block]
     input_expr = state.load_input(block, epoch)
     dispatcher.publish_node(target, epoch, input_expr, task_id)
+
+
+class TransferFailedError(SomatizeError):
+    """A value could not be moved to the worker that needs it (after retries)."""
+
+
+@shared_task(name=TRANSFER_FAILED_TASK, ignore_result=True)
+def transfer_failed(
+    request: Any,
+    exc: BaseException,
+    traceback: Any,
+    run_id: str,
+    block: int,
+    epoch: int,
+    task_id: str,
+) -> None:
+    """Errback of a transfer chain, run where the transfer failed: the run fails,
+    naming the node that waited, the worker and the store's own error."""
+    app = transfer_failed.app
+    context = run_context(app, settings_of(app))
+    found = _engine(context, run_id)
+    if found is None:
+        return
+    engine, dispatcher = found
+    target = engine.program.blocks[block]
+    node_id = target.task_node_ids()[0]
+    current = dispatcher.state.client.hget(dispatcher.state.nodes, node_id)
+    if current is None or json.loads(current).get("task_id") != task_id:
+        return  # the block was re-dispatched since; this chain no longer matters
+    error = TransferFailedError(
+        f"could not move an input of node '{node_id}' to worker '{target.worker_id}': {exc}"
+    )
+    engine.fail(target, error, context.worker_id)

@@ -131,6 +131,8 @@ def test_cancel_mid_run_stops_the_run_and_starts_nothing_new(
     status = run.status()
     assert status.state == "cancelled"
     assert status.nodes["rt_add"].state == "cancelled"
+    # Nothing new started: rt_add was never even queued (the status shows the raw state).
+    assert run._context.redis.hget(run._state.nodes, "rt_add") is None
     assert not run.cancel()
 
 

@@ -27,7 +27,7 @@ from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import WorkerFactory, free_port, wait_for
 from tests.runtime import run_nodes  # noqa: F401
-from tests.runtime.plans import MAKE_SUM, ex, seq
+from tests.runtime.plans import MAKE_SUM, ex, remote, seq
 
 pytestmark = pytest.mark.slow
 
@@ -219,7 +219,8 @@ def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearl
             run.wait(timeout=30)
         assert time.monotonic() - started < 10
         registry = Registry.from_settings(settings)
-        assert wait_for(lambda: any(w.info.id == worker.worker_id for w in registry.live()), 45)
+        back = wait_for(lambda: any(w.info.id == worker.worker_id for w in registry.live()), 45)
+        assert back, f"the worker never heartbeat again after the restart:\n{worker.log()[-3000:]}"
         after = submit_plan(ex("rt_add"), input=5, settings=settings, require_workers=True)
         assert after.wait(timeout=60) == 6
         assert password not in worker.log()
@@ -227,3 +228,26 @@ def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearl
         factory.close()
         server.kill()
         server.wait()
+
+
+def test_a_transfer_that_keeps_failing_fails_the_run_naming_the_store(
+    settings: Settings, tmp_path: Path
+) -> None:
+    broken = settings.model_copy(update={
+        "key_prefix": f"{settings.key_prefix}-s3down", "s3_endpoint_url": f"http://127.0.0.1:{free_port()}",
+        "transfer_max_retries": 1, "transfer_retry_backoff_max_s": 0.2,
+    })  # fmt: skip
+    factory = WorkerFactory(broken, tmp_path)
+    try:
+        factory.start("ta", tags="ta")
+        factory.start("tb", tags="tb")
+        plan = seq(ex("rt_make"), remote("tb", ex("rt_sum")))
+        run = submit_plan(plan, settings=broken, require_workers=True)
+        with pytest.raises(NodeFailedError) as caught:
+            run.wait(timeout=60)
+        message = str(caught.value)
+        assert "could not move an input of node 'rt_sum'" in message
+        assert str(broken.s3_endpoint_url) in message and str(broken.s3_bucket) in message
+        assert str(broken.s3_secret_access_key.get_secret_value()) not in message  # type: ignore[union-attr]
+    finally:
+        factory.close()
