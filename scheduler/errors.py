@@ -45,6 +45,10 @@ class PlanValidationError(SchedulerError, ValueError):
         super().__init__(f"invalid {what} ({count} {noun}):\n{lines}")
 
 
+#: The rejection reason of a worker that satisfies a target but has no free slot.
+AT_CAPACITY = "at capacity"
+
+
 class PlacementError(SchedulerError, ValueError):
     """No live worker can take a node whose target is fixed (a ``Remote``).
 
@@ -65,3 +69,8 @@ class PlacementError(SchedulerError, ValueError):
             "Start a worker that satisfies the target, free capacity on one, "
             "or pass allow_local_fallback=True to run the plan locally."
         )
+
+    @property
+    def busy_only(self) -> bool:
+        """"Not now": some worker satisfies the target and is only out of free slots."""
+        return self.rejections.get(AT_CAPACITY, 0) > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from operator import attrgetter
 
-from scheduler.errors import PlacementError
+from scheduler.errors import AT_CAPACITY, PlacementError
 from scheduler.plan import RemoteTarget
 from scheduler.workers import WorkerInfo, check_unique_ids
 
@@ -75,4 +75,4 @@ def _why_rejected(worker: WorkerInfo, target: RemoteTarget) -> str:
         return f"lack tag '{target.tag}'"
     if target.worker_id is not None and worker.id != target.worker_id:
         return "have another id"
-    return "at capacity"
+    return AT_CAPACITY

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from somatize_tasks.settings import Settings
+from somatize_tasks.errors import RunError
+from somatize_tasks.settings import Settings, redacted_url
+
+T = TypeVar("T")
 
 
 def redis_client(settings: Settings, **options: Any) -> Redis[bytes]:
@@ -22,3 +27,15 @@ def redis_client(settings: Settings, **options: Any) -> Redis[bytes]:
     options.setdefault("socket_connect_timeout", 5.0)
     options.setdefault("health_check_interval", 30)
     return Redis.from_url(settings.redis_url, **options)
+
+
+def reaching_redis(settings: Settings, call: Callable[[], T]) -> T:
+    """``call()``, with a connection failure turned into an error naming the server
+    (its password masked) and what to check: what a producer shows its user."""
+    try:
+        return call()
+    except RedisConnectionError as exc:
+        raise RunError(
+            f"cannot reach Redis at {redacted_url(settings.redis_url)}: {exc}. "
+            "Is it running, and is SOMATIZE_REDIS_URL right?"
+        ) from None

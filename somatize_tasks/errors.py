@@ -13,6 +13,8 @@
         ├── ArtifactCorruptError    a stored value's size is not what its ref says
         └── StoreError              the shared store failed (names endpoint and bucket)
             └── StoreUnavailableError   the store cannot be reached: retry later
+    RunError                        a run did not produce its output (Redis unreachable,
+                                    a node failed, cancelled, state lost: see runtime.handle)
 
 Every error takes its message as its only positional argument, so Celery's
 JSON result backend can rebuild it on the producer's side; the structured
@@ -114,3 +116,7 @@ class StoreError(ArtifactError):
 
 class StoreUnavailableError(StoreError):
     """The shared store could not be reached; transfer tasks retry these with backoff."""
+
+
+class RunError(SomatizeError):
+    """A run did not produce its output; subclasses in :mod:`somatize_tasks.runtime.handle`."""

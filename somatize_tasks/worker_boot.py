@@ -26,6 +26,7 @@ from celery.signals import celeryd_init
 from somatize_tasks.catalog import default_catalog, load_catalog_modules
 from somatize_tasks.celery_app import SomatizeCelery
 from somatize_tasks.keys import queue_name
+from somatize_tasks.kombu_compat import guard_restore_on_close
 from somatize_tasks.settings import redacted_url
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     app = instance.app
     if not isinstance(app, SomatizeCelery):
         return
+    guard_restore_on_close()
     settings = app.somatize_settings
     own_queue = queue_name(settings.worker_id)
     if not options.get("queues"):

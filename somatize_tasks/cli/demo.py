@@ -28,10 +28,11 @@ from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
 from somatize_tasks.cli.plan import print_report
 from somatize_tasks.cli.runs import follow, status_table
+from somatize_tasks.errors import RunError
 from somatize_tasks.local_cluster import LocalCluster, worker_specs
 from somatize_tasks.local_cluster.processes import interrupts_raise
 from somatize_tasks.registry import Registry
-from somatize_tasks.runtime.handle import PlanRun, RunError, RunStatus
+from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.timeline import write_timeline
 

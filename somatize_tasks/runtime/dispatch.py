@@ -19,7 +19,7 @@ from celery.canvas import Signature
 from kombu.utils.uuid import uuid
 
 from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
-from somatize_tasks.runtime.context import RunContext
+from somatize_tasks.runtime.context import PRODUCER, RunContext
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.values import Expr, refs_in
@@ -45,9 +45,10 @@ class CeleryDispatcher:
         self.run_id = run_id
         self.program = program
         self.state = state
-        # Workers that can run an upload: the plan's, less any the reaper knows are dead
-        # (their values are read from the shared store, where the reaper found them).
-        self._uploaders = set(program.worker_of.values()) - set(unavailable)
+        # Sources that need no upload step: the producer put its values in the
+        # shared store itself, and the reaper checked that whatever it still
+        # needs from a dead worker is there. Any other source uploads first.
+        self._no_upload: set[str | None] = {None, PRODUCER, *unavailable}
         self._avoiding = {"avoiding": sorted(unavailable)} if unavailable else {}
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
@@ -60,17 +61,12 @@ class CeleryDispatcher:
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
-        pipe = self.state.client.pipeline()
-        pipe.hset(self.state.results, f"i:{block.index}:{epoch}", json.dumps(input_expr))
-        if missing:
-            pipe.hset(self.state.results, f"p:{block.index}:{epoch}", len(missing))
-        if direct:
-            pipe.rpush(
-                self.state.transfers, *(transfer_record(r, block, worker, "direct") for r in direct)
-            )
-        waiting = {"waiting_for": "transfers"} if missing else {}
-        self._mark_pending(pipe, block, epoch, task_id, **waiting)
-        pipe.execute()
+        self.state.record_dispatch(
+            block.task_node_ids(), block.index, epoch, input_expr,
+            self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None),
+            missing=len(missing),
+            transfer_records=[transfer_record(r, block, worker, "direct") for r in direct],
+        )  # fmt: skip
         if not missing:
             self._send(block, epoch, input_expr, task_id)
             return
@@ -79,26 +75,28 @@ class CeleryDispatcher:
 
     def publish_node(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
         """The block's transfers are done: publish it under the task id it waits for."""
-        pipe = self.state.client.pipeline()
-        self._mark_pending(pipe, block, epoch, task_id)
-        pipe.execute()
+        self.state.set_status(block.task_node_ids(), self._pending(block, epoch, task_id))
         self._send(block, epoch, input_expr, task_id)
 
-    def wait_for_recompute(self, block: Block, epoch: int, producers: int) -> None:
-        """``block`` waits for ``producers`` lost inputs to be computed again."""
-        pipe = self.state.client.pipeline()
-        pipe.hset(self.state.results, f"rn:{block.index}:{epoch}", producers)
-        self._mark_pending(pipe, block, epoch, uuid(), waiting_for="recompute")
-        pipe.execute()
-
-    def _mark_pending(
-        self, pipe: Any, block: Block, epoch: int, task_id: str, **extra: Any
+    def wait_for_recompute(
+        self, block: Block, epoch: int, producers: list[tuple[int, int]]
     ) -> None:
-        status = json.dumps({
+        """``block`` waits for lost inputs to be computed again by ``producers``."""
+        self.state.await_recompute(block.index, epoch, producers)
+        status = self._pending(block, epoch, uuid(), waiting_for="recompute")
+        self.state.set_status(block.task_node_ids(), status)
+
+    def _pending(
+        self, block: Block, epoch: int, task_id: str, waiting_for: str | None = None
+    ) -> dict[str, Any]:
+        """The status of a block published (or about to be) under ``task_id``."""
+        status: dict[str, Any] = {
             "state": "pending", "worker": block.worker_id, "block": block.index, "epoch": epoch,
-            "task_id": task_id, "queued_at": time.time(), **self._avoiding, **extra,
-        })  # fmt: skip
-        pipe.hset(self.state.nodes, mapping=dict.fromkeys(block.task_node_ids(), status))
+            "task_id": task_id, "queued_at": time.time(), **self._avoiding,
+        }  # fmt: skip
+        if waiting_for:
+            status["waiting_for"] = waiting_for
+        return status
 
     def _send(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
         soft_s, hard_s = self.program.time_limits_s
@@ -144,7 +142,7 @@ class CeleryDispatcher:
         steps: list[Signature] = []
         source = ref.get("worker_id")
         shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
-        if source in self._uploaders:
+        if source not in self._no_upload:
             steps.append(
                 app.signature(
                     TRANSFER_UPLOAD_TASK,

@@ -13,7 +13,9 @@ How a run moves (no giant canvas, no task waiting on another):
    dropped there. Then :meth:`Engine.complete` walks up: a Sequence starts
    its next step, a Parallel counts the branch in (the last one joins), a
    Loop decides on another pass, and so on, publishing whatever became
-   ready. Only one completion at a time touches any one join or loop pass.
+   ready. A join counts each branch in once, atomically, and exactly one
+   completion sees it complete; a loop pass ends with the one task block
+   that finishes its body, so it is decided once.
 3. When the root completes, the run ends with its output; a failure or
    cancel ends it at once, and nothing further is published.
 

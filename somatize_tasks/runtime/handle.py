@@ -16,7 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from scheduler import DistributionPlan
 from somatize_tasks.celery_app import create_app
-from somatize_tasks.errors import SomatizeError
+from somatize_tasks.connections import reaching_redis
+from somatize_tasks.errors import RunError
 from somatize_tasks.keys import TRANSFER_UPLOAD_TASK, queue_name
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.reaper import Reaper
@@ -26,10 +27,6 @@ from somatize_tasks.settings import Settings, redacted_url
 from somatize_tasks.store import ArtifactRef, key_part
 
 log = logging.getLogger(__name__)
-
-
-class RunError(SomatizeError):
-    """A run did not produce its output."""
 
 
 class NodeFailedError(RunError):
@@ -112,7 +109,7 @@ class PlanRun:
         key_part("run id", run_id)
         settings = settings or Settings.from_env()
         context = run_context(create_app(settings), settings, PRODUCER)
-        raw = _guarded(
+        raw = reaching_redis(
             settings, lambda: context.redis.hget(context.keys.run(run_id), "distribution")
         )
         if raw is None:
@@ -133,7 +130,7 @@ class PlanRun:
         pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids")
         pipe.hgetall(state.nodes)
         pipe.lrange(state.transfers, 0, -1)
-        meta, nodes_raw, transfers = _guarded(self._context.settings, pipe.execute)
+        meta, nodes_raw, transfers = reaching_redis(self._context.settings, pipe.execute)
         if meta[0] is None:
             raise self._lost()
         run_state = meta[0].decode()
@@ -164,7 +161,7 @@ class PlanRun:
         pipe = client.pipeline()
         pipe.scard(state.done)
         pipe.hget(state.meta, "node_count")
-        done, total = _guarded(self._context.settings, pipe.execute)
+        done, total = reaching_redis(self._context.settings, pipe.execute)
         if total is None:
             raise self._lost()
         return Progress(int(done), int(total))
@@ -173,7 +170,7 @@ class PlanRun:
         """Block until the run ends; its output, or an error saying why there is none."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = _guarded(self._context.settings, self._state.status)
+            status = reaching_redis(self._context.settings, self._state.status)
             if status is None:
                 raise self._lost()
             if status in FINAL_STATES:
@@ -182,12 +179,15 @@ class PlanRun:
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
             self.watch()
-            _guarded(
-                self._context.settings,
-                lambda r=remaining: self._context.redis.blpop(
-                    [self._state.finished], timeout=min(1.0, r)
-                ),
-            )
+            self._sleep_until_finished(min(1.0, remaining))
+
+    def _sleep_until_finished(self, timeout_s: float) -> None:
+        """Block on the run's "finished" list for at most ``timeout_s``."""
+
+        def block() -> object:
+            return self._context.redis.blpop([self._state.finished], timeout=timeout_s)
+
+        reaching_redis(self._context.settings, block)
 
     def _outcome(self, status: str) -> Any:
         if status == DONE:
@@ -267,14 +267,3 @@ class PlanRun:
             f"{redacted_url(self._context.settings.redis_url)} (expired, flushed, or Redis "
             "restarted without persistence); the run cannot be followed any more"
         )
-
-
-def _guarded(settings: Settings, call: Any) -> Any:
-    """Run a Redis call, turning a connection failure into an error naming the server."""
-    try:
-        return call()
-    except RedisConnectionError as exc:
-        raise RunError(
-            f"cannot reach Redis at {redacted_url(settings.redis_url)}: {exc}. "
-            "Is it running, and is SOMATIZE_REDIS_URL right?"
-        ) from None

@@ -262,10 +262,7 @@ class _Repair:
                 chosen[key] = self._new_home(assignment.node_id, assignment.worker_id, target)
             assignment.worker_id, assignment.worker_name = chosen[key]
             assignment.reason = f"re-placed: its worker died ({assignment.reason})"
-        pipe = self.redis.pipeline()
-        pipe.hset(self.state.meta, "distribution", distribution.model_dump_json())
-        pipe.hincrby(self.state.meta, "version", 1)
-        pipe.execute()
+        self.state.replace_distribution(distribution.model_dump_json())
         refreshed = self.context.program(self.run_id, refresh=True)
         assert refreshed is not None
         return refreshed
@@ -293,9 +290,7 @@ class _Repair:
         return placed.assignments[0].worker_id, placed.assignments[0].worker_name
 
     def _fail_after_grace(self, program: Program, message: str, dead: Iterable[str]) -> None:
-        field = "g:" + ",".join(sorted(dead))
-        self.redis.hsetnx(self.state.results, field, time.time())
-        since = float(self.redis.hget(self.state.results, field) or time.time())
+        since = self.state.first_noticed(",".join(sorted(dead)))
         grace = self.reaper.settings.reroute_grace_s
         if time.time() - since >= grace:
             self._fail(
@@ -331,18 +326,8 @@ class _Repair:
             return
         # Inputs that lived only on the dead worker: recompute them first. The
         # block waits on its new worker under a new task id (no longer stranded).
-        dispatcher.wait_for_recompute(block, epoch, len(producers))
+        dispatcher.wait_for_recompute(block, epoch, [(p.index, e) for p, e in producers])
         for producer, producer_epoch in producers:
-            field = f"rw:{producer.index}:{producer_epoch}"
-            waiting = [
-                w
-                for w in json.loads(self.redis.hget(self.state.results, field) or b"[]")
-                if w != [block.index, epoch]
-            ]
-            waiting.append([block.index, epoch])
-            self.redis.hset(self.state.results, mapping={
-                field: json.dumps(waiting), f"rc:{producer.index}:{producer_epoch}": 1,
-            })  # fmt: skip
             self._redispatch(program, dispatcher, producer, producer_epoch)
 
     def _lost_producers(self, program: Program, input_expr: Expr) -> list[tuple[Block, int]]:
@@ -373,19 +358,14 @@ def finish_recompute(
     Returns False when the block was not a recomputation (advance as usual).
     """
     state = dispatcher.state
-    if not context.redis.hdel(state.results, f"rc:{block.index}:{epoch}"):
+    waiting = state.take_recompute(block.index, epoch, outputs)
+    if waiting is None:
         return False
     new_refs = {
         (e["ref"]["node_id"], e["ref"].get("iteration", 0)): e
         for e in outputs.values()
         if "ref" in e
     }
-    pipe = context.redis.pipeline()
-    for node_id, expr in outputs.items():
-        pipe.hset(state.results, f"n:{node_id}:{epoch}", json.dumps(expr))
-    pipe.hget(state.results, f"rw:{block.index}:{epoch}")
-    pipe.hdel(state.results, f"rw:{block.index}:{epoch}")
-    waiting = json.loads(pipe.execute()[-2] or b"[]")
     state.mark_nodes(block.task_node_ids(), "done", context.worker_id, epoch, recomputed=True)
     # The reaper moved nodes to get here: dispatch with the current distribution.
     program = context.program(dispatcher.run_id, refresh=True) or engine.program
@@ -393,7 +373,7 @@ def finish_recompute(
     for bid, dependent_epoch in waiting:
         saved = state.load_input(bid, dependent_epoch)
         state.save_input(bid, dependent_epoch, _replace_refs(saved, new_refs))
-        if context.redis.hincrby(state.results, f"rn:{bid}:{dependent_epoch}", -1) <= 0:
+        if state.recompute_arrived(bid, dependent_epoch):
             dependent = program.blocks[bid]
             dispatcher.dispatch(dependent, dependent_epoch, state.load_input(bid, dependent_epoch))
     return True

@@ -208,6 +208,9 @@ class RedisRunState:
         status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
 
+    def set_status(self, nodes: list[str], status: dict[str, Any]) -> None:
+        self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+
     def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
         if not nodes:
             return
@@ -278,6 +281,73 @@ class RedisRunState:
             self.transfers,
         ]
         return bool(self._finish(keys=keys, args=args))
+
+    # --- dispatching and repairing ------------------------------------------------------
+
+    def record_dispatch(
+        self,
+        nodes: list[str],
+        bid: int,
+        epoch: int,
+        input_expr: Expr,
+        status: dict[str, Any],
+        missing: int = 0,
+        transfer_records: list[str] | None = None,
+    ) -> None:
+        """One round trip before a block's messages go out: its input (so it can be
+        dispatched again), its pending-transfer count, its status (with the task id)."""
+        pipe = self.client.pipeline()
+        pipe.hset(self.results, f"i:{bid}:{epoch}", _dumps(input_expr))
+        if missing:
+            pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
+        if transfer_records:
+            pipe.rpush(self.transfers, *transfer_records)
+        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+        pipe.execute()
+
+    def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
+        """Block ``bid`` waits until each producer (block, epoch) has run again."""
+        self.client.hset(self.results, f"rn:{bid}:{epoch}", len(producers))
+        for producer, producer_epoch in producers:
+            field = f"rw:{producer}:{producer_epoch}"
+            waiting = [w for w in json.loads(self.client.hget(self.results, field) or b"[]")
+                       if w != [bid, epoch]]  # fmt: skip
+            waiting.append([bid, epoch])
+            self.client.hset(self.results, mapping={
+                field: _dumps(waiting), f"rc:{producer}:{producer_epoch}": 1,
+            })  # fmt: skip
+
+    def take_recompute(
+        self, bid: int, epoch: int, outputs: dict[str, Expr]
+    ) -> list[tuple[int, int]] | None:
+        """If this block ran again for the reaper: store its new outputs and return
+        the (block, epoch) pairs waiting for it; None for an ordinary duplicate."""
+        if not self.client.hdel(self.results, f"rc:{bid}:{epoch}"):
+            return None
+        pipe = self.client.pipeline()
+        for node_id, expr in outputs.items():
+            pipe.hset(self.results, f"n:{node_id}:{epoch}", _dumps(expr))
+        pipe.hget(self.results, f"rw:{bid}:{epoch}")
+        pipe.hdel(self.results, f"rw:{bid}:{epoch}")
+        waiting = json.loads(pipe.execute()[-2] or b"[]")
+        return [(int(b), int(e)) for b, e in waiting]
+
+    def recompute_arrived(self, bid: int, epoch: int) -> bool:
+        """One recomputed input of the block is back; True when it was the last."""
+        return int(self.client.hincrby(self.results, f"rn:{bid}:{epoch}", -1)) <= 0
+
+    def first_noticed(self, what: str) -> float:
+        """When a repair problem (``what``) was first noticed, for grace periods."""
+        field = f"g:{what}"
+        self.client.hsetnx(self.results, field, time.time())
+        return float(self.client.hget(self.results, field) or time.time())
+
+    def replace_distribution(self, distribution_json: str) -> None:
+        """Store a new distribution and bump its version, so every process reloads it."""
+        pipe = self.client.pipeline()
+        pipe.hset(self.meta, "distribution", distribution_json)
+        pipe.hincrby(self.meta, "version", 1)
+        pipe.execute()
 
     # --- reading, for PlanRun ----------------------------------------------------------
 

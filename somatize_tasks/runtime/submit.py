@@ -27,6 +27,7 @@ from scheduler import (
 )
 from somatize_tasks.catalog import Catalog
 from somatize_tasks.celery_app import create_app
+from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
@@ -38,7 +39,6 @@ from somatize_tasks.runtime.handle import (
     PlanRun,
     Progress,
     RunStatus,
-    _guarded,
 )
 from somatize_tasks.runtime.local import LocalRunResult, run_local
 from somatize_tasks.runtime.program import compile_program
@@ -81,7 +81,8 @@ def submit_plan(
     _check_node_names(execution_plan, params, ops)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
-    workers = _guarded(settings, lambda: Registry.from_settings(settings, context.redis).live())
+    registry = Registry.from_settings(settings, context.redis)
+    workers = reaching_redis(settings, registry.live)
     distribution = _place(execution_plan, [w.info for w in workers], differentiable_nodes)
     if distribution.is_local:
         return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
@@ -107,7 +108,7 @@ def submit_study(
         _check_node_names(execution_plan, trial, ops)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
-    live = _guarded(settings, lambda: Registry.from_settings(settings, context.redis).live())
+    live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
     workers = [w.info for w in live]
     study = schedule_study(execution_plan, workers, len(trials), differentiable_nodes)
     if study.is_local:
@@ -152,7 +153,7 @@ def _place(
     try:
         return schedule(plan, workers, differentiable)
     except PlacementError as exc:
-        if "at capacity" not in exc.rejections:
+        if not exc.busy_only:
             raise
         relaxed = [
             w
