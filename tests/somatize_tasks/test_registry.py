@@ -58,13 +58,15 @@ def test_live_workers_in_one_round_trip_however_many(fresh: Settings) -> None:
 
 
 def test_a_stale_worker_vanishes_though_its_entry_lingers(fresh: Settings) -> None:
-    short = fresh.model_copy(update={"heartbeat_interval_s": 0.1, "heartbeat_ttl_s": 0.3})
+    # Sleeps only ever make entries older: "gone" is always past the TTL, and
+    # "stays" keeps half a second of margin for a slow, shared machine.
+    short = fresh.model_copy(update={"heartbeat_interval_s": 0.3, "heartbeat_ttl_s": 1.0})
     registry = Registry.from_settings(short)
     registry.heartbeat(worker("gone"))
     registry.heartbeat(worker("stays"))
-    time.sleep(0.2)
+    time.sleep(0.6)
     registry.heartbeat(worker("stays"))
-    time.sleep(0.15)
+    time.sleep(0.5)
     assert [info.id for info in live_workers(registry)] == ["stays"]
     assert [seen.info.id for seen in registry.dead()] == ["gone"]
     assert registry.client.hexists(registry.keys.workers_info, "gone")

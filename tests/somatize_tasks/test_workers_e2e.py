@@ -113,8 +113,9 @@ def test_active_jobs_counts_running_and_failed_node_tasks(
         failing.get(timeout=20)
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
 
-    plain = producer.send_task("somatize.test.sleep", args=[1.0], queue=cpu.queue)
-    time.sleep(0.6)
+    plain = producer.send_task("somatize.test.sleep", args=[1.5], queue=cpu.queue)
+    assert wait_for(lambda: plain.state == "STARTED", 10), "the plain task never started"
+    time.sleep(0.3)  # more than the heartbeat's 50 ms poll: a count would show by now
     assert active_jobs(registry, cpu.worker_id) == 0  # not a node task
     plain.get(timeout=20)
 
