@@ -251,3 +251,16 @@ def test_a_transfer_that_keeps_failing_fails_the_run_naming_the_store(
         assert str(broken.s3_secret_access_key.get_secret_value()) not in message  # type: ignore[union-attr]
     finally:
         factory.close()
+
+
+def test_a_node_over_its_hard_time_limit_fails_the_run_naming_it(
+    settings: Settings, two_workers: object
+) -> None:
+    limited = settings.model_copy(update={"node_time_limit_s": 1.0})
+    run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 30}}, settings=limited,
+                      require_workers=True)  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(NodeFailedError) as caught:
+        run.wait(timeout=30)
+    assert "node 'rt_sleep' ran past its time limit of 1 s" in str(caught.value)
+    assert time.monotonic() - started < 15
