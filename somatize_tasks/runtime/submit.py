@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from scheduler import (
@@ -83,7 +83,10 @@ def submit_plan(
     context = run_context(create_app(settings), settings, PRODUCER)
     registry = Registry.from_settings(settings, context.redis)
     workers = reaching_redis(settings, registry.live)
-    distribution = _place(execution_plan, [w.info for w in workers], differentiable_nodes)
+    distribution = _place(
+        lambda usable: schedule(execution_plan, usable, differentiable_nodes),
+        [w.info for w in workers],
+    )
     if distribution.is_local:
         return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
     return _start(context, execution_plan, distribution, input, params, ops)
@@ -110,7 +113,10 @@ def submit_study(
     context = run_context(create_app(settings), settings, PRODUCER)
     live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
     workers = [w.info for w in live]
-    study = schedule_study(execution_plan, workers, len(trials), differentiable_nodes)
+    study = _place(
+        lambda usable: schedule_study(execution_plan, usable, len(trials), differentiable_nodes),
+        workers,
+    )
     if study.is_local:
         raise NoWorkersError(f"no live worker can run the study: {'; '.join(study.warnings)}")
     runs = []
@@ -142,28 +148,34 @@ class StudyRun:
 
 
 def _place(
-    plan: ExecutionPlan, workers: list[WorkerInfo], differentiable: Iterable[str]
+    schedule_on: Callable[[list[WorkerInfo]], DistributionPlan], workers: list[WorkerInfo]
 ) -> DistributionPlan:
-    """Schedule; a target whose workers are only busy (not missing) queues on them.
+    """Schedule; when the live workers are only busy (not missing), queue on them.
 
-    The scheduler rejects a ``Remote`` whose every eligible worker is full
-    ("not now"). A submitted run would rather wait in that worker's queue,
-    so the full workers are offered again with one slot each, ranked last.
+    The scheduler answers "all workers at capacity" with a local plan, and
+    rejects a ``Remote`` whose every eligible worker is full ("not now"). A
+    submitted run would rather wait in those workers' queues than run in the
+    producer or fail, so the full workers are offered again with one slot
+    each, ranked after any worker with real free slots.
     """
     try:
-        return schedule(plan, workers, differentiable)
+        placed = schedule_on(workers)
+        if not placed.is_local or not workers:
+            return placed
+        busy = "; ".join(placed.warnings)
     except PlacementError as exc:
         if not exc.busy_only:
             raise
-        relaxed = [
-            w
-            if w.has_capacity
-            else w.model_copy(update={"active_jobs": max(0, w.max_concurrent - 1)})
-            for w in workers
-        ]
-        distribution = schedule(plan, relaxed, differentiable)
-        distribution.warnings.append(f"{exc} The node waits in the busy worker's queue.")
-        return distribution
+        busy = str(exc)
+    placed = schedule_on([_one_slot(w) for w in workers])
+    placed.warnings.append(f"{busy} Queued on the busy workers instead.")
+    return placed
+
+
+def _one_slot(worker: WorkerInfo) -> WorkerInfo:
+    if worker.has_capacity:
+        return worker
+    return worker.model_copy(update={"active_jobs": max(0, worker.max_concurrent - 1)})
 
 
 def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:

@@ -254,3 +254,24 @@ def test_a_large_input_travels_through_the_store_not_inside_messages(
     assert run.wait(timeout=60) == 50_000
     recorded = json.loads(run._context.redis.hget(run._state.meta, "input") or b"{}")
     assert recorded["ref"]["inline"] is None and recorded["ref"]["size"] > settings.inline_max_bytes
+
+
+def test_a_plan_submitted_while_every_worker_is_full_queues_instead_of_running_here(
+    settings: Settings, two_workers: Workers
+) -> None:
+    registry = Registry.from_settings(settings)
+    assert wait_for(lambda: all(w.info.active_jobs == 0 for w in registry.live()), 20)
+    sleepers = [f"rt_sleep_{i}" for i in range(2, 8)]  # more than the 4 slots there are
+    busy = submit_plan(par(*[ex(n) for n in sleepers]), input=0,
+                       params={n: {"s": 4} for n in sleepers}, settings=settings,
+                       require_workers=True)  # fmt: skip
+    full = wait_for(lambda: all(not w.info.has_capacity for w in registry.live()), 20)
+    assert full, (
+        [(w.info.id, w.info.active_jobs, w.info.max_concurrent) for w in registry.live()],
+        busy.status(), busy.distribution.warnings,
+    )
+    run = submit_plan(seq(ex("rt_add"), ex("rt_double")), input=1, settings=settings)
+    assert run.distribution.assignments, "a busy cluster must queue, not run in the producer"
+    assert any("Queued on the busy workers" in w for w in run.distribution.warnings)
+    assert run.wait(timeout=60) == 4
+    busy.wait(timeout=60)
