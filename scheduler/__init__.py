@@ -15,7 +15,7 @@ from scheduler.distribution import (
     PlanPhase,
 )
 from scheduler.errors import FieldProblem, PlacementError, PlanValidationError, SchedulerError
-from scheduler.placement import data_edges, schedule, schedule_study
+from scheduler.placement import data_edges, exit_nodes, schedule, schedule_study
 from scheduler.plan import (
     Branch,
     Composite,
@@ -63,6 +63,7 @@ __all__ = [
     "Stream",
     "WorkerInfo",
     "data_edges",
+    "exit_nodes",
     "load_plan",
     "load_workers",
     "schedule",

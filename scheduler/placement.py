@@ -185,11 +185,28 @@ def data_edges(plan: ExecutionPlan | PlanNode | Any) -> list[tuple[str, str]]:
     are drawn from (a transfer is an edge whose ends landed on different
     workers).
     """
-    anywhere = WorkerInfo(id="(any)", name="(any)", max_concurrent=1)
-    walk = _Walk(_Anywhere([anywhere]), frozenset())
+    walk, lane = _flow_walk()
     walk.edges = []
-    walk.place(_root_of(plan), (), Lane(anywhere.id, ""))
+    walk.place(_root_of(plan), (), lane)
     return list(dict.fromkeys(walk.edges))
+
+
+def exit_nodes(plan: ExecutionPlan | PlanNode) -> list[str]:
+    """The nodes whose outputs make up a plan's (or sub-plan's) output, by the
+    same rules as :func:`data_edges`: what a following step would read.
+
+    A sub-plan with no nodes of its own (``Empty``) passes its input through
+    and has none.
+    """
+    root = plan.root if isinstance(plan, ExecutionPlan) else plan
+    walk, lane = _flow_walk()
+    return list(walk.place(root, (), lane))
+
+
+def _flow_walk() -> tuple[_Walk, Lane]:
+    """A walk over one pseudo-worker: data flow without any placement."""
+    anywhere = WorkerInfo(id="(any)", name="(any)", max_concurrent=1)
+    return _Walk(_Anywhere([anywhere]), frozenset()), Lane(anywhere.id, "")
 
 
 class _Anywhere(Feasibility):

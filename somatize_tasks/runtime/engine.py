@@ -29,7 +29,7 @@ import traceback
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
-from somatize_tasks.runtime.program import Block, Program, terminal_nodes
+from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.signals import ControlFlowError
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, SKIPPED, LeafResult, RunState
 from somatize_tasks.runtime.values import Expr, join_branches
@@ -149,7 +149,7 @@ class Engine:
         try:
             carried = self._carried(node, pass_epoch, pass_number, body_output)
             capped = node.max_iterations is not None and pass_number >= node.max_iterations
-            stop = capped or self._signals_stop(node, pass_epoch, pass_number)
+            stop = capped or self._signals_stop(loop, pass_epoch, pass_number)
         except ControlFlowError as exc:
             self.fail(loop, exc, "dispatcher")
             return
@@ -173,18 +173,21 @@ class Engine:
             )
         return carried
 
-    def _signals_stop(self, node: Loop, pass_epoch: int, pass_number: int) -> bool:
+    def _signals_stop(self, loop: Block, pass_epoch: int, pass_number: int) -> bool:
+        node = loop.node
+        assert isinstance(node, Loop)
         if node.until.type == "Exhaust":
             return False
         if node.until.type == "WhenSignaled":
             return self.state.signal(node.until.node or "", pass_epoch) is True
         # BodyTerminal: the end nodes that ran this pass (one Branch arm's, say) decide.
-        verdicts = [self.state.signal(n, pass_epoch) for n in terminal_nodes(node.body)]
+        ends = self.program.body_exits[loop.index]
+        verdicts = [self.state.signal(n, pass_epoch) for n in ends]
         given = [v for v in verdicts if v is not None]
         if not given:
             raise ControlFlowError(
                 f"loop '{node.node_id}' stops when its body's last node signals, "
-                f"but none of {', '.join(terminal_nodes(node.body))} ran in pass {pass_number}"
+                f"but none of {', '.join(ends)} ran in pass {pass_number}"
             )
         return all(given)
 

@@ -26,13 +26,12 @@ from scheduler import (
     Execute,
     ExecutionPlan,
     Loop,
-    Parallel,
     PlanNode,
     Remote,
     RemoteTarget,
-    Sequence,
     Step,
     Stream,
+    exit_nodes,
 )
 
 TASK_KINDS = frozenset({"Execute", "Composite", "Stream", "Branch", "Step"})
@@ -78,6 +77,8 @@ class Program:
     node_count: int
     version: int = 0
     block_by_node: dict[str, Block] = field(default_factory=dict)
+    #: For each Loop block, the nodes its body's output comes from (its default signal).
+    body_exits: dict[int, list[str]] = field(default_factory=dict)
     #: Per-node ``(soft, hard)`` time limits in seconds, fixed by the submitter.
     time_limits_s: tuple[float | None, float | None] = (None, None)
 
@@ -104,11 +105,22 @@ class Program:
         wanted: list[str] = []
         current = loop.parent
         while current is not None:
-            outer = self.blocks[current].node
-            if isinstance(outer, Loop):
-                wanted += [n for n in _loop_reads(outer) if n in inside]
-            current = self.blocks[current].parent
+            outer = self.blocks[current]
+            if isinstance(outer.node, Loop):
+                wanted += [n for n in self.loop_reads(outer) if n in inside]
+            current = outer.parent
         return wanted
+
+    def loop_reads(self, loop: Block) -> list[str]:
+        """The nodes whose output or signal a loop reads at the end of a pass."""
+        node = loop.node
+        assert isinstance(node, Loop)
+        reads = [node.carry_from] if node.carry_from else []
+        if node.until.type == "WhenSignaled" and node.until.node:
+            reads.append(node.until.node)
+        elif node.until.type == "BodyTerminal":
+            reads += self.body_exits[loop.index]
+        return reads
 
     def target_of(self, block: Block) -> RemoteTarget | None:
         """The nearest enclosing ``Remote`` target: what a re-placement must honour."""
@@ -159,16 +171,20 @@ def compile_program(
         children = node.children()
         stack.extend((child, block.index, i) for i, child in reversed(list(enumerate(children))))
     _order_children(blocks)
+    body_exits = {
+        b.index: exit_nodes(b.node.body) for b in blocks if isinstance(b.node, Loop)
+    }
     return Program(
         plan=plan,
         blocks=blocks,
         worker_of=worker_of,
         params={k: dict(v) for k, v in (params or {}).items()},
         ops=dict(ops or {}),
-        signal_nodes=_signal_nodes(plan.root),
+        signal_nodes=_signal_nodes(blocks, body_exits),
         node_count=len(plan.node_ids()),
         version=version,
         block_by_node={n: b for b in blocks for n in b.task_node_ids()},
+        body_exits=body_exits,
         time_limits_s=time_limits_s,
     )
 
@@ -180,51 +196,14 @@ def _order_children(blocks: list[Block]) -> None:
             block.children.sort(key=lambda i: blocks[i].position)
 
 
-def terminal_nodes(node: PlanNode) -> list[str]:
-    """The nodes whose outputs make up a sub-plan's output."""
-    if isinstance(node, Execute | Step) and not getattr(node, "handoffs", None):
-        return [node.node_id]
-    if isinstance(node, Step):
-        return [node.node_id, *(t for _, plan in node.handoffs for t in terminal_nodes(plan))]
-    if isinstance(node, Composite | Stream):
-        return [node.node_ids_[-1]]
-    if isinstance(node, Sequence):
-        for step in reversed(node.steps):
-            found = terminal_nodes(step)
-            if found:
-                return found
-        return []
-    if isinstance(node, Parallel):
-        return [t for b in node.branches for t in terminal_nodes(b)]
-    if isinstance(node, Branch):
-        return [t for _, arm in node.arms for t in terminal_nodes(arm)]
-    if isinstance(node, Loop):
-        return [node.carry_from] if node.carry_from else terminal_nodes(node.body)
-    if isinstance(node, Remote):
-        return terminal_nodes(node.plan)
-    return []
-
-
-def _loop_reads(loop: Loop) -> list[str]:
-    """The nodes whose output or signal a loop reads at the end of a pass."""
-    reads = [loop.carry_from] if loop.carry_from else []
-    if loop.until.type == "WhenSignaled" and loop.until.node:
-        reads.append(loop.until.node)
-    elif loop.until.type == "BodyTerminal":
-        reads += terminal_nodes(loop.body)
-    return reads
-
-
-def _signal_nodes(root: PlanNode) -> frozenset[str]:
+def _signal_nodes(blocks: list[Block], body_exits: dict[int, list[str]]) -> frozenset[str]:
     """Nodes whose output a Loop reads as its stop signal."""
     found: set[str] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
+    for block in blocks:
+        node = block.node
         if isinstance(node, Loop):
             if node.until.type == "WhenSignaled" and node.until.node is not None:
                 found.add(node.until.node)
             elif node.until.type == "BodyTerminal":
-                found.update(terminal_nodes(node.body))
-        stack.extend(node.children())
+                found.update(body_exits[block.index])
     return frozenset(found)

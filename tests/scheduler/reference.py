@@ -84,6 +84,11 @@ def data_edges(plan: Any) -> set[Edge]:
     return edges
 
 
+def exit_nodes(plan: Any) -> list[str]:
+    """The nodes a plan's output comes from (what a following step reads)."""
+    return _flow(plan, [], set())
+
+
 def required_targets(plan: Any) -> dict[str, tuple[str, str]]:
     """node id -> the (kind, value) target of the innermost Remote around it."""
     out: dict[str, tuple[str, str]] = {}

@@ -13,7 +13,8 @@ PUBLIC = {
     "DistributionPlan", "Empty", "Execute", "ExecutionPlan", "FieldProblem", "Loop",
     "LoopCondition", "Parallel", "Phase", "PlacementError", "PlanNode", "PlanPhase",
     "PlanValidationError", "Remote", "RemoteTarget", "SchedulerError", "Sequence", "Step",
-    "Stream", "WorkerInfo", "data_edges", "load_plan", "load_workers", "schedule", "schedule_study",
+    "Stream", "WorkerInfo", "data_edges", "exit_nodes", "load_plan", "load_workers", "schedule",
+    "schedule_study",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from scheduler import (
     ExecutionPlan,
     PlacementError,
     data_edges,
+    exit_nodes,
     load_workers,
     schedule,
     schedule_study,
@@ -224,3 +225,9 @@ def test_branch_choice_matches_the_naive_rule(workers: list[dict[str, Any]], bra
     wire = {"Parallel": [{"Execute": {"node_id": f"b{i}"}} for i in range(branches)]}
     out = schedule(ExecutionPlan.model_validate(wire), load_workers(workers))
     assert out.phases[0].worker_ids == _naive_branch_workers(workers, branches)
+
+
+@FAST
+@given(wire=plans)
+def test_exit_nodes_match_the_reference_model(wire: Any) -> None:
+    assert set(exit_nodes(plan_of(wire))) == set(reference.exit_nodes(wire))
