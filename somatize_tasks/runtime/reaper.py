@@ -135,12 +135,21 @@ class _Repair:
         self.redis: Redis[bytes] = reaper.context.redis
 
     def run(self) -> bool:
-        program = self.context.program(self.run_id, refresh=True)
-        if program is None or not self.state.is_active():
+        """Look at the run's state (two round trips when all is well); repair if needed.
+
+        The plan is loaded and compiled only when something must move, so a
+        sweep over many healthy runs stays cheap.
+        """
+        pipe = self.redis.pipeline()
+        pipe.hmget(self.state.meta, "status", "created_at", "time_limits")
+        pipe.hgetall(self.state.nodes)
+        (status, created, limits), raw_nodes = pipe.execute()
+        if status != b"running":
             self.redis.srem(self.context.keys.active_runs, self.run_id)
             return False
-        nodes = {k.decode(): json.loads(v) for k, v in self.redis.hgetall(self.state.nodes).items()}
-        if self._fail_overdue(program, nodes) or self._fail_stalled(program, nodes):
+        nodes = {k.decode(): json.loads(v) for k, v in raw_nodes.items()}
+        hard_limit_s = json.loads(limits or b"[null, null]")[1]
+        if self._fail_overdue(hard_limit_s, nodes) or self._fail_stalled(created, nodes):
             return True
         stranded = self._stranded(nodes)
         starved, lost_sources = self._starved(nodes)
@@ -148,9 +157,9 @@ class _Repair:
             return False
         dead = {nodes[n]["worker"] for n in stranded} | lost_sources
         try:
-            program = self._replace(program, dead)
+            program = self._replace(dead)
         except StrandedError as exc:
-            self._fail_after_grace(program, str(exc), dead)
+            self._fail_after_grace(str(exc), dead)
             return False
         dispatcher = CeleryDispatcher(
             self.context, self.run_id, program, self.state, unavailable=dead
@@ -210,26 +219,24 @@ class _Repair:
                     sources.add(source)
         return starved, sources
 
-    def _fail_stalled(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
+    def _fail_stalled(self, created: bytes | None, nodes: dict[str, dict[str, Any]]) -> bool:
         """A running run with nothing pending or running for too long has lost a
         step (its worker died between recording a result and publishing the next).
         Fail it clearly rather than let its producer wait forever."""
         if any(s.get("state") in UNFINISHED for s in nodes.values()):
             return False
         seen = [t for s in nodes.values() for t in (s.get("ended_at"), s.get("queued_at")) if t]
-        created = self.redis.hget(self.state.meta, "created_at")
         last = max([*seen, float(created or 0)])
         stall = self.reaper.settings.transfer_stall_s
         if time.time() - last < stall:
             return False
-        self._fail(program, None, None, f"run {self.run_id} stalled: no node pending or running "
+        self._fail(None, None, f"run {self.run_id} stalled: no node pending or running "
                    f"for {stall:g} s (a worker probably died between two steps); resubmit it",
                    "RunStalled")  # fmt: skip
         return True
 
-    def _fail_overdue(self, program: Program, nodes: dict[str, dict[str, Any]]) -> bool:
+    def _fail_overdue(self, limit: float | None, nodes: dict[str, dict[str, Any]]) -> bool:
         """A node running past its hard time limit was killed; fail its run."""
-        limit = program.time_limits_s[1]
         if limit is None:
             return False
         slack = 2 * self.reaper.settings.heartbeat_ttl_s
@@ -241,14 +248,21 @@ class _Repair:
                     f"node '{node_id}' ran past its time limit of {limit:g} s on worker "
                     f"'{status.get('worker')}' and was stopped"
                 )
-                self._fail(program, node_id, status.get("worker"), message, "NodeTimeLimitExceeded")
+                self._fail(node_id, status.get("worker"), message, "NodeTimeLimitExceeded")
                 return True
         return False
 
     # --- moving nodes -----------------------------------------------------------------
 
-    def _replace(self, program: Program, dead: set[str]) -> Program:
-        """Move every node of the dead workers to live ones; store the new distribution."""
+    def _replace(self, dead: set[str]) -> Program:
+        """Move every node of the dead workers to live ones; store the new distribution.
+
+        Returns the program compiled from it (every process reloads it: the
+        distribution's version moves on).
+        """
+        program = self.context.program(self.run_id, refresh=True)
+        if program is None:
+            raise StrandedError(f"run {self.run_id} is no longer known to Redis")
         raw = self.redis.hget(self.state.meta, "distribution")
         distribution = DistributionPlan.model_validate_json(raw or b"{}")
         chosen: dict[tuple[str, str], tuple[str, str]] = {}
@@ -289,21 +303,18 @@ class _Repair:
             )
         return placed.assignments[0].worker_id, placed.assignments[0].worker_name
 
-    def _fail_after_grace(self, program: Program, message: str, dead: Iterable[str]) -> None:
+    def _fail_after_grace(self, message: str, dead: Iterable[str]) -> None:
         since = self.state.first_noticed(",".join(sorted(dead)))
         grace = self.reaper.settings.reroute_grace_s
         if time.time() - since >= grace:
             self._fail(
-                program,
                 None,
                 ",".join(sorted(dead)),
                 f"{message} (waited {grace:g} s for it to come back)",
                 "WorkerLost",
             )
 
-    def _fail(
-        self, program: Program, node_id: str | None, worker: str | None, message: str, kind: str
-    ) -> None:
+    def _fail(self, node_id: str | None, worker: str | None, message: str, kind: str) -> None:
         detail = {
             "node_id": node_id,
             "worker_id": worker,
