@@ -197,6 +197,15 @@ def interrupts_held() -> Iterator[None]:
             raise Interrupted(pending)
 
 
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the interrupted code runs inside some object's ``__del__``."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (named after the signal).
@@ -207,10 +216,15 @@ def interrupts_raise() -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, _frame: FrameType | None) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if getattr(_held, "depth", 0):
             _held.pending = getattr(_held, "pending", None) or name
+            return
+        if _in_finalizer(frame):
+            # Python ignores an exception raised inside __del__ (it would be lost):
+            # deliver the signal again a moment later, outside the finalizer.
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return
         raise Interrupted(name)
 

@@ -18,7 +18,13 @@ from somatize_tasks.local_cluster import (
     find_redis_server,
     worker_specs,
 )
-from somatize_tasks.local_cluster.processes import ProcessRef, spawn, stop_group
+from somatize_tasks.local_cluster.processes import (
+    Interrupted,
+    ProcessRef,
+    interrupts_raise,
+    spawn,
+    stop_group,
+)
 from tests.ops.helpers import MARKER, new_marker, wait_no_marked
 
 
@@ -82,3 +88,20 @@ def test_a_worker_that_fails_to_start_fails_the_cluster_and_everything_stops(
     assert "invalid worker settings" in str(caught.value)  # the log's tail is in the message
     assert cluster.processes == []
     assert wait_no_marked(marker, timeout_s=5) == []
+
+
+class _SignalsWhileCollected:
+    """An object whose finalizer is interrupted by a signal, like a connection
+    pool collected at the wrong moment."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # the handler runs here, inside __del__
+
+
+def test_a_signal_that_lands_inside_a_finalizer_is_not_lost() -> None:
+    with pytest.raises(Interrupted, match="SIGTERM"), interrupts_raise():
+        _SignalsWhileCollected()  # collected at once: its __del__ takes the signal
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
