@@ -1,0 +1,46 @@
+"""Warnings about a plan that loads but may not do what its author expects.
+
+Soma's serde ignores fields it does not know, so a plan written by a newer
+Soma loads here too; the fields are named once so nobody is surprised. A
+Loop with no ``max_iterations`` stops at Soma's cap of 100 passes, and a
+``BodyTerminal`` loop (Soma's compiler resolves that to a concrete node, so
+its executor never sees one) runs to its cap, as Soma's executor does.
+"""
+
+from __future__ import annotations
+
+from scheduler.plan import SOMA_LOOP_CAP, ExecutionPlan, Loop, PlanNode
+
+
+def plan_warnings(plan: ExecutionPlan | PlanNode) -> list[str]:
+    """The plan's warnings, in walk order; one line each."""
+    root = plan.root if isinstance(plan, ExecutionPlan) else plan
+    unknown: dict[str, None] = {}
+    found: list[str] = []
+    stack: list[PlanNode] = [root]
+    while stack:
+        node = stack.pop()
+        for name in node.model_extra or {}:
+            unknown[f"{node.tag}.{name}"] = None
+        if isinstance(node, Loop):
+            found.extend(_loop_warnings(node))
+        stack.extend(reversed(node.children()))
+    if unknown:
+        found.insert(0, "ignored plan fields this version does not know: " + ", ".join(unknown))
+    return found
+
+
+def _loop_warnings(loop: Loop) -> list[str]:
+    notes = []
+    if loop.max_iterations is None:
+        notes.append(
+            f"loop '{loop.node_id}' has no max_iterations: it stops after "
+            f"{SOMA_LOOP_CAP} passes at the latest, as in Soma"
+        )
+    if loop.until.type == "BodyTerminal":
+        notes.append(
+            f"loop '{loop.node_id}' stops on BodyTerminal, which Soma's compiler turns into "
+            f"a named node; like Soma's executor, this runs it for all {loop.cap} passes "
+            "(use WhenSignaled to stop on a node's signal)"
+        )
+    return notes
