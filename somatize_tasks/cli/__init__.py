@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "plan",
     "worker",
     "workers",
+    "modes",
     "runs",
     "reaper",
     "demo",
