@@ -9,24 +9,32 @@ its executor never sees one) runs to its cap, as Soma's executor does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from scheduler.plan import SOMA_LOOP_CAP, ExecutionPlan, Loop, PlanNode
 
 
 def plan_warnings(plan: ExecutionPlan | PlanNode) -> list[str]:
-    """The plan's warnings, in walk order; one line each."""
-    root = plan.root if isinstance(plan, ExecutionPlan) else plan
-    unknown: dict[str, None] = {}
-    found: list[str] = []
-    stack: list[PlanNode] = [root]
-    while stack:
-        node = stack.pop()
-        for name in node.model_extra or {}:
-            unknown[f"{node.tag}.{name}"] = None
-        if isinstance(node, Loop):
-            found.extend(_loop_warnings(node))
-        stack.extend(reversed(node.children()))
-    if unknown:
-        found.insert(0, "ignored plan fields this version does not know: " + ", ".join(unknown))
+    """The plan's warnings, in walk order; one line each.
+
+    A loaded :class:`ExecutionPlan` gathered them while it was checked, so
+    this costs nothing on the scheduling path.
+    """
+    if isinstance(plan, ExecutionPlan):
+        if plan._notes is None:
+            plan.check()
+        return list(plan._notes or [])
+    return plan_warnings(ExecutionPlan.of(plan))
+
+
+def summarize(unknown: Iterable[str], loops: Iterable[Loop]) -> list[str]:
+    """The warnings for these unknown fields (``Variant.field``) and loops."""
+    fields = list(unknown)
+    found = []
+    if fields:
+        found.append("ignored plan fields this version does not know: " + ", ".join(fields))
+    for loop in loops:
+        found.extend(_loop_warnings(loop))
     return found
 
 

@@ -128,8 +128,8 @@ def schedule(
     (checked by :func:`scheduler.graph.check_predecessors`), transfers follow
     that graph's edges: one per edge whose ends landed on different workers.
     """
-    root = _root_of(plan)
-    notes = plan_warnings(root)
+    loaded = _plan_of(plan)
+    root, notes = loaded.root, plan_warnings(loaded)
     feasibility = Feasibility(list(workers))
     early = _early_exit(feasibility)
     if early is not None:
@@ -168,7 +168,8 @@ def schedule_study(
     """
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
-    root = _root_of(plan)
+    loaded = _plan_of(plan)
+    root = loaded.root
     feasibility = Feasibility(list(workers))
     early = _early_exit(feasibility)
     if early is not None:
@@ -183,7 +184,7 @@ def schedule_study(
             walk.place(root, (), Lane(worker.id, reason))
             walk.phases.end_trial()
             walk.flush_transfers()
-        walk.warnings.extend(plan_warnings(root))
+        walk.warnings.extend(plan_warnings(loaded))
         result = walk.result()
         del walk  # as in schedule()
     return result
@@ -252,9 +253,13 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _root_of(plan: Any) -> PlanNode:
+    return _plan_of(plan).root
+
+
+def _plan_of(plan: Any) -> ExecutionPlan:
     if isinstance(plan, ExecutionPlan):
-        return plan.root
-    return load_plan(plan).root
+        return plan
+    return load_plan(plan)
 
 
 def _early_exit(feasibility: Feasibility) -> DistributionPlan | None:

@@ -32,6 +32,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainSerializer,
+    PrivateAttr,
     RootModel,
     Tag,
     ValidationError,
@@ -394,6 +395,8 @@ class ExecutionPlan(RootModel[PlanNode]):
     """
 
     root: PlanNode
+    #: The plan's warnings (scheduler.notices), gathered by check() in its walk.
+    _notes: list[str] | None = PrivateAttr(default=None)
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> ExecutionPlan:
@@ -434,9 +437,11 @@ class ExecutionPlan(RootModel[PlanNode]):
         # plan_checks builds on this module's classes: import it when first needed.
         from scheduler.plan_checks import structural_problems  # noqa: PLC0415
 
-        problems = structural_problems(self.root)
+        notes: list[str] = []
+        problems = structural_problems(self.root, notes)
         if problems:
             raise PlanValidationError("plan", problems)
+        self._notes = notes
 
 
 def load_plan(document: Any) -> ExecutionPlan:

@@ -12,14 +12,17 @@ the plan's size.
 from __future__ import annotations
 
 from scheduler.errors import FieldProblem
+from scheduler.notices import summarize
 from scheduler.plan import Branch, Loop, Parallel, PlanNode, Remote, Sequence, Step
 
 MAX_DEPTH = 64
 
 
-def structural_problems(root: PlanNode) -> list[FieldProblem]:
-    """Every structural problem of the plan rooted at ``root``, in walk order."""
+def structural_problems(root: PlanNode, notes: list[str] | None = None) -> list[FieldProblem]:
+    """Every structural problem of the plan rooted at ``root``, in walk order; the
+    plan's warnings (:mod:`scheduler.notices`) go to ``notes`` in the same walk."""
     problems: list[FieldProblem] = []
+    unknown: dict[str, None] = {}
     first_seen: dict[str, str] = {}
     loops: list[tuple[Loop, str]] = []
     stack: list[tuple[PlanNode, str, int]] = [(root, "", 1)]
@@ -42,6 +45,8 @@ def structural_problems(root: PlanNode) -> list[FieldProblem]:
                 )
             else:
                 first_seen[node_id] = here
+        if node.__pydantic_extra__:
+            unknown.update((f"{node.tag}.{name}", None) for name in node.__pydantic_extra__)
         if isinstance(node, Branch):
             problems.extend(_duplicate_labels(node, here))
         if isinstance(node, Loop):
@@ -55,6 +60,8 @@ def structural_problems(root: PlanNode) -> list[FieldProblem]:
     known = set(first_seen)
     for loop, here in loops:
         problems.extend(_loop_problems(loop, here, known))
+    if notes is not None:
+        notes.extend(summarize(unknown, [loop for loop, _ in loops]))
     return problems
 
 
