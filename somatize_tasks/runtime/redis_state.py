@@ -108,6 +108,24 @@ return tonumber(redis.call('HGET', KEYS[4], 'version') or '0')
 """
 
 
+# KEYS: results. ARGV: epoch, then (node id, expr json) pairs. A recomputed output
+# replaces a node's latest value only where that still is the lost one (same node and
+# pass), never a newer pass's.
+_REPLACE_LATEST = """
+for i = 2, #ARGV, 2 do
+  local field = 'l:' .. ARGV[i]
+  local current = redis.call('HGET', KEYS[1], field)
+  if current then
+    local ref = cjson.decode(current)['ref']
+    if ref and ref['node_id'] == ARGV[i] and tostring(ref['iteration'] or 0) == ARGV[1] then
+      redis.call('HSET', KEYS[1], field, ARGV[i + 1])
+    end
+  end
+end
+return 1
+"""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -133,6 +151,7 @@ class RedisRunState:
         self._finish = client.register_script(_FINISH)
         self._mark_running = client.register_script(_MARK_RUNNING)
         self._transfer_arrived = client.register_script(_TRANSFER_ARRIVED)
+        self._replace_latest = client.register_script(_REPLACE_LATEST)
 
     def all_keys(self) -> list[str]:
         return [
@@ -352,6 +371,9 @@ class RedisRunState:
         pipe.hget(self.results, f"rw:{bid}:{epoch}")
         pipe.hdel(self.results, f"rw:{bid}:{epoch}")
         waiting = json.loads(pipe.execute()[-2] or b"[]")
+        pairs = [x for node_id, expr in outputs.items() for x in (node_id, _dumps(expr))]
+        if pairs:
+            self._replace_latest(keys=[self.results], args=[str(epoch), *pairs])
         return [(int(b), int(e)) for b, e in waiting]
 
     def recompute_arrived(self, bid: int, epoch: int) -> bool:

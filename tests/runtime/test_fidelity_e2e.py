@@ -72,11 +72,15 @@ def test_graph_edges_decide_inputs_and_transfers_across_workers(
                       require_workers=True)  # fmt: skip
     assert run.wait(timeout=60) == "float:2.0"  # a skip edge: sm_describe reads sm_inc
     assert run.result("sm_pair") == {"keys": ["rt_double", "sm_times10"], "sum": 24.0}
-    crossed = sorted((t["from_node"], t["to_node"]) for t in run.status().transfers
+    status = run.status()
+    worker = {n: s.worker for n, s in status.nodes.items()}
+    edges = [(p, n) for n, ps in preds.items() for p in ps]
+    expected = sorted(e for e in edges if worker[e[0]] != worker[e[1]])
+    crossed = sorted((t["from_node"], t["to_node"]) for t in status.transfers
                      if t["from_node"] != "input")  # the producer's run input  # fmt: skip
-    assert crossed == [("sm_inc", "sm_times10"), ("sm_times10", "sm_pair")]
     planned = sorted((t.from_node, t.to_node) for t in run.distribution.data_transfers)
-    assert planned == crossed
+    assert crossed == planned == expected  # exactly the graph's cross-worker edges
+    assert worker["sm_times10"] != worker["rt_double"] and expected  # branches spread
 
 
 def test_a_loop_with_no_cap_whose_signal_never_stops_ends_after_100_passes(
