@@ -99,7 +99,7 @@ class CeleryDispatcher:
         return status
 
     def _send(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
-        soft_s, hard_s = self.program.time_limits_s
+        soft_s, hard_s = _scaled(self.program.time_limits_s, len(block.task_node_ids()))
         self.context.app.send_task(
             NODE_TASK,
             kwargs={
@@ -180,6 +180,13 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
         "from_worker": ref.get("worker_id"), "to_worker": worker,
         "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
     })  # fmt: skip
+
+
+def _scaled(
+    limits: tuple[float | None, float | None], nodes: int
+) -> tuple[float | None, float | None]:
+    """Per-node time limits for a task that runs ``nodes`` nodes (a fused chain)."""
+    return tuple(None if limit is None else limit * nodes for limit in limits)  # type: ignore[return-value]
 
 
 def _describe(run_id: str, nodes: list[str], epoch: int) -> str:

@@ -241,10 +241,22 @@ class Engine:
 
     # --- ending early ----------------------------------------------------------------
 
+    def node_failed(self, block: Block, epoch: int, error: Exception, worker_id: str) -> None:
+        """A task raised: its node is failed, the rest of its block cancelled, the run failed."""
+        nodes = block.task_node_ids()
+        bad = getattr(error, "__somatize_node__", None) or nodes[0]
+        self.state.mark_nodes([bad], FAILED, worker_id, epoch,
+                              error=f"{type(error).__name__}: {error}")  # fmt: skip
+        others = [n for n in nodes if n != bad]
+        if others:
+            self.state.mark_nodes(others, CANCELLED, worker_id, epoch)
+        self.fail(block, error, worker_id)
+
     def fail(self, block: Block, error: BaseException, worker_id: str) -> None:
         """End the run as failed, naming the node, its worker and the traceback."""
         nodes = block.task_node_ids() or block.node.own_ids()
-        detail = failure_detail(nodes[0] if nodes else f"block {block.index}", worker_id, error)
+        named = getattr(error, "__somatize_node__", None) or (nodes[0] if nodes else None)
+        detail = failure_detail(named or f"block {block.index}", worker_id, error)
         if self.state.finish(FAILED, error=detail):
             self.dispatcher.run_finished(FAILED, None)
 

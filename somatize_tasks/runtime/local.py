@@ -123,8 +123,7 @@ def run_local(
                 worker_id=LOCAL_WORKER,
             )  # fmt: skip
         except Exception as exc:
-            state.mark_nodes(block.task_node_ids(), "failed", LOCAL_WORKER, epoch)
-            engine.fail(block, exc, LOCAL_WORKER)
+            engine.node_failed(block, epoch, exc, LOCAL_WORKER)
             break
         engine.leaf_done(block.index, epoch, result)
     output = None

@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 
 from somatize_tasks.keys import RedisKeys
-from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult
+from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
 # KEYS: meta, results, nodes, done, states. ARGV: leaf field, leaf json, n, n x (field,
@@ -173,12 +173,8 @@ class RedisRunState:
         for node_id, verdict in result.signals.items():
             args += [f"s:{node_id}", verdict]
         args.append(len(nodes))
-        status = {
-            "state": "done", "worker": result.worker_id, "epoch": epoch,
-            "started_at": result.started_at, "ended_at": result.ended_at,
-        }  # fmt: skip
         for node_id in nodes:
-            args += [node_id, _dumps(status)]
+            args += [node_id, _dumps(node_done(result, node_id, epoch))]
         args.append(len(result.states))
         for node_id, expr in result.states.items():
             args += [node_id, _dumps(expr)]

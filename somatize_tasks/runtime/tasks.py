@@ -72,10 +72,7 @@ def execute_block(
             store=context.values, catalog=default_catalog, worker_id=context.worker_id,
         )  # fmt: skip
     except Exception as exc:
-        state.mark_nodes(
-            nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}"
-        )
-        engine.fail(block, exc, context.worker_id)
+        engine.node_failed(block, epoch, exc, context.worker_id)
         raise
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
