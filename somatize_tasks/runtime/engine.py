@@ -26,6 +26,7 @@ small messages, each published only when its inputs are done.
 from __future__ import annotations
 
 import traceback
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
@@ -46,6 +47,10 @@ class Dispatcher(Protocol):
     """Where a task block goes to run: a worker's queue, or a local work list."""
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None: ...
+
+    def together(self) -> AbstractContextManager[None]:
+        """Blocks dispatched inside may go out together (batched) at its end."""
+        ...
 
     def run_finished(self, status: str, output: Expr | None) -> None: ...
 
@@ -81,8 +86,9 @@ class Engine:
             self.state.open_join(bid, epoch, len(block.children))
             if self.program.follows_graph:
                 self.state.save_input(bid, epoch, flow)  # what "nothing written" looks like
-            for child in block.children:
-                self.start(child, epoch, flow)
+            with self.dispatcher.together():
+                for child in block.children:
+                    self.start(child, epoch, flow)
         elif block.kind == "Loop":
             self._start_loop(block, epoch, flow)
         elif block.children:  # Sequence, Remote: their first child

@@ -330,17 +330,21 @@ class RedisRunState:
         status: dict[str, Any],
         missing: int = 0,
         transfer_records: list[str] | None = None,
+        pipe: Any = None,
     ) -> None:
         """One round trip before a block's messages go out: its input (so it can be
-        dispatched again), its pending-transfer count, its status (with the task id)."""
-        pipe = self.client.pipeline()
+        dispatched again), its pending-transfer count, its status (with the task id).
+        With ``pipe`` the writes join that pipeline, which the caller executes."""
+        own = pipe is None
+        pipe = self.client.pipeline() if own else pipe
         pipe.hset(self.results, f"i:{bid}:{epoch}", _dumps(input_expr))
         if missing:
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:
             pipe.rpush(self.transfers, *transfer_records)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""

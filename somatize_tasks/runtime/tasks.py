@@ -4,6 +4,9 @@
     runs one task block (a node, a Composite, a Stream, a Branch condition,
     a Step) on the worker whose queue it was published to, stores the
     outputs and advances the run (:mod:`somatize_tasks.runtime.engine`).
+``somatize.node.batch``
+    runs several independent blocks of one run on this worker, one after
+    another (they became ready together; see ``CeleryDispatcher.together``).
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
@@ -23,6 +26,7 @@ from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
+    NODE_BATCH_TASK,
     NODE_TASK,
     TRANSFER_FAILED_TASK,
     CeleryDispatcher,
@@ -85,6 +89,21 @@ def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: E
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
     execute_block(context, run_id, block, epoch, input, self.request.id or "")
+
+
+@shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
+def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> None:
+    """Run several ready blocks of one run here, in order; the first failure
+    fails the run (the rest are then skipped) and is raised at the end."""
+    context = run_context(self.app, settings_of(self.app))
+    first_error: Exception | None = None
+    for bid, epoch, input_expr in blocks:
+        try:
+            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+        except Exception as exc:
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
 
 
 @shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)
