@@ -25,43 +25,62 @@ from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
-# KEYS: meta, results, nodes, done, states, latest. ARGV: leaf field, worker id, ttl,
-# then counted sections of pairs: results fields (signals), latest outputs, node
-# statuses, fitted states.
-_RECORD_LEAF = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
-local ttl = tonumber(ARGV[3])
-local i = 4
-local function pairs_into(key)
-  local n = tonumber(ARGV[i]); i = i + 1
-  for _ = 1, n do redis.call('HSET', key, ARGV[i], ARGV[i + 1]); i = i + 2 end
-  return n
+# KEYS: meta, results, nodes, done, states, latest. ARGV from index b: leaf field,
+# worker id, ttl, then counted sections of pairs: results fields (signals), latest
+# outputs, node statuses, fitted states.
+_RECORD = """
+local function record(b)
+  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return false end
+  if redis.call('HSETNX', KEYS[2], ARGV[b], ARGV[b + 1]) == 0 then return false end
+  local ttl = tonumber(ARGV[b + 2])
+  local i = b + 3
+  local function pairs_into(key)
+    local n = tonumber(ARGV[i]); i = i + 1
+    for _ = 1, n do redis.call('HSET', key, ARGV[i], ARGV[i + 1]); i = i + 2 end
+    return n
+  end
+  pairs_into(KEYS[2])
+  if pairs_into(KEYS[6]) > 0 then redis.call('EXPIRE', KEYS[6], ttl) end
+  local m = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, m do
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i])
+    i = i + 2
+  end
+  if pairs_into(KEYS[5]) > 0 then redis.call('EXPIRE', KEYS[5], ttl) end
+  redis.call('EXPIRE', KEYS[2], ttl)
+  return true
 end
-pairs_into(KEYS[2])
-if pairs_into(KEYS[6]) > 0 then redis.call('EXPIRE', KEYS[6], ttl) end
-local m = tonumber(ARGV[i]); i = i + 1
-for _ = 1, m do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i]); i = i + 2
-end
-if pairs_into(KEYS[5]) > 0 then redis.call('EXPIRE', KEYS[5], ttl) end
-redis.call('EXPIRE', KEYS[2], ttl)
-return 1
 """
 
-# KEYS: results. ARGV: slot field, expr json, remaining field, total field, slot prefix,
-# ttl. HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
-_JOIN = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[6]))
-if redis.call('HINCRBY', KEYS[1], ARGV[3], -1) ~= 0 then return false end
-local total = tonumber(redis.call('HGET', KEYS[1], ARGV[4]))
-local out = {}
-for start = 0, total - 1, 1000 do
-  local fields = {}
-  for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[5] .. i end
-  for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(fields))) do out[#out + 1] = v end
+# A join on hash ``key``. ARGV from index j: slot field, expr json, remaining field,
+# total field, slot prefix, ttl. Returns every slot once the last branch is in, else
+# false. HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
+_JOIN_ON = """
+local function join(key, j)
+  if redis.call('HSETNX', key, ARGV[j], ARGV[j + 1]) == 0 then return false end
+  redis.call('EXPIRE', key, tonumber(ARGV[j + 5]))
+  if redis.call('HINCRBY', key, ARGV[j + 2], -1) ~= 0 then return false end
+  local total = tonumber(redis.call('HGET', key, ARGV[j + 3]))
+  local out = {}
+  for start = 0, total - 1, 1000 do
+    local fields = {}
+    for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[j + 4] .. i end
+    for _, v in ipairs(redis.call('HMGET', key, unpack(fields))) do out[#out + 1] = v end
+  end
+  return out
 end
+"""
+
+_RECORD_LEAF = _RECORD + "return record(1) and 1 or 0"
+# KEYS: results.
+_JOIN = _JOIN_ON + "return join(KEYS[1], 1)"
+# A Parallel branch's completion: record it, then count it into its join, in one trip.
+# KEYS as _RECORD; ARGV: the six join arguments, then the record's. Returns 0 (not
+# recorded), 1 (recorded, the join waits) or every slot (this was the last branch).
+_RECORD_AND_JOIN = _RECORD + _JOIN_ON + """
+if not record(7) then return 0 end
+local out = join(KEYS[2], 1)
+if not out then return 1 end
 return out
 """
 
@@ -161,6 +180,7 @@ class RedisRunState:
         self.latest_outputs = keys.run(run_id, "latest")
         self.active_runs = keys.active_runs
         self._record = client.register_script(_RECORD_LEAF)
+        self._record_and_join = client.register_script(_RECORD_AND_JOIN)
         self._join = client.register_script(_JOIN)
         self._new_epoch = client.register_script(_NEW_EPOCH)
         self._finish = client.register_script(_FINISH)
@@ -180,6 +200,29 @@ class RedisRunState:
         return self.client.hget(self.meta, "status") == RUNNING.encode()
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
+        return bool(self._record(keys=self._record_keys, args=self._record_args(
+            bid, epoch, nodes, result)))  # fmt: skip
+
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        found = self._record_and_join(
+            keys=self._record_keys,
+            args=[*self._join_args(parallel, epoch, position, result.output),
+                  *self._record_args(bid, epoch, nodes, result)],
+        )  # fmt: skip
+        if isinstance(found, list):
+            return True, [dict(json.loads(raw)) for raw in found]
+        return bool(found), None
+
+    @property
+    def _record_keys(self) -> list[str]:
+        return [self.meta, self.results, self.nodes, self.done, self.states, self.latest_outputs]
+
+    def _record_args(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult
+    ) -> list[Any]:
         args: list[Any] = [f"b:{bid}:{epoch}", result.worker_id, self.ttl_s]
         args.append(len(result.signals))
         for node_id, verdict in result.signals.items():
@@ -193,8 +236,12 @@ class RedisRunState:
         args.append(len(result.states))
         for node_id, expr in result.states.items():
             args += [node_id, _dumps(expr)]
-        keys = [self.meta, self.results, self.nodes, self.done, self.states, self.latest_outputs]
-        return bool(self._record(keys=keys, args=args))
+        return args
+
+    def _join_args(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Any]:
+        prefix = f"j:{bid}:{epoch}:"
+        return [f"{prefix}{position}", _dumps(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}",
+                prefix, self.ttl_s]  # fmt: skip
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         if not node_ids:
@@ -243,18 +290,7 @@ class RedisRunState:
         self._working({f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected})
 
     def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
-        prefix = f"j:{bid}:{epoch}:"
-        found = self._join(
-            keys=[self.results],
-            args=[
-                f"{prefix}{position}",
-                _dumps(expr),
-                f"jn:{bid}:{epoch}",
-                f"jt:{bid}:{epoch}",
-                prefix,
-                self.ttl_s,
-            ],
-        )
+        found = self._join(keys=[self.results], args=self._join_args(bid, epoch, position, expr))
         if not found:
             return None
         return [dict(json.loads(raw)) for raw in found]

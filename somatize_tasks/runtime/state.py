@@ -74,6 +74,14 @@ class RunState(Protocol):
         """
         ...
 
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        """A Parallel branch's result, recorded and counted into the join at once:
+        whether it was recorded, and every branch's output if it was the last."""
+        ...
+
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         """The latest output of each of these nodes that has produced one."""
         ...
@@ -151,6 +159,14 @@ class MemoryRunState:
         for node_id in nodes:
             self.nodes[node_id] = node_done(result, node_id, epoch)
         return True
+
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        if not self.record_leaf(bid, epoch, nodes, result):
+            return False, None
+        return True, self.join(parallel, epoch, position, result.output)
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         found = self.latest_outputs
