@@ -250,6 +250,7 @@ class CeleryDispatcher:
                     immutable=True,
                     queue=queue_name(source or ""),
                     argsrepr=shown,
+                    ignore_result=True,
                 )
             )
         steps.append(
@@ -259,11 +260,12 @@ class CeleryDispatcher:
                 immutable=True,
                 queue=queue_name(worker),
                 argsrepr=shown,
+                ignore_result=True,
             )
         )
         steps.append(app.signature(
             INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
-            queue=queue_name(worker), argsrepr=shown,
+            queue=queue_name(worker), argsrepr=shown, ignore_result=True,
         ))  # fmt: skip
         failed = app.signature(
             TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)
