@@ -84,15 +84,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--restart-after", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--timeout", type=float, default=180.0, help="give a run up after")
     args = parser.parse_args()
     random.seed(args.seed)
 
     overrides = {"inline_max_bytes": 128, "reroute_grace_s": 10}
     with bench_settings("chaos", **overrides) as (settings, root):
-        chaos(settings, root, args.runs, args.restart_after)
+        chaos(settings, root, args.runs, args.restart_after, args.timeout)
 
 
-def chaos(settings: Settings, root: Path, runs: int, restart_after: float) -> None:
+def chaos(
+    settings: Settings, root: Path, runs: int, restart_after: float, timeout: float = 180.0
+) -> None:
     """Run the plan ``runs`` times, killing a worker in each; print the figures."""
     prefix = settings.key_prefix
     plan = chaos_plan()
@@ -117,9 +120,13 @@ def chaos(settings: Settings, root: Path, runs: int, restart_after: float) -> No
                     ),
                 ).start()
             try:
-                correct = run.wait(timeout=180) == expected
+                correct = run.wait(timeout=timeout) == expected
             except Exception as exc:  # reported, not raised: the benchmark counts failures
                 print(f"  run {index}: {type(exc).__name__}: {exc}")
+                for node_id, status in sorted(run.status().nodes.items()):
+                    if status.state != "done":  # what the run is stuck on
+                        raw = run._context.redis.hget(run._state.nodes, node_id)
+                        print(f"    {node_id}: {raw.decode() if raw else status.state}")
                 correct = False
             seconds = time.monotonic() - killed_at
             rows.append((correct, recomputed(run), seconds))
