@@ -10,8 +10,10 @@ import importlib
 
 import click
 
+from somatize_tasks.cli.common import FriendlyGroup
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="somatize-tasks")
 def main() -> None:
     """Route Soma execution plans across Celery workers."""

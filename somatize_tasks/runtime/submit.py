@@ -54,7 +54,17 @@ Params = Mapping[str, Mapping[str, Any]]
 
 
 class NoWorkersError(SomatizeError):
-    """``require_workers=True`` and no live worker could take the plan."""
+    """``require_workers=True`` and no live worker could take the plan.
+
+    ``reason`` is why, without the hint, so the CLI can name its own flag.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
+            "without require_workers=True to run the plan in this process."
+        )
 
 
 class PlanInputError(SomatizeError, ValueError):
@@ -262,11 +272,8 @@ def _run_here(
     catalog: Catalog | None,
 ) -> PlanRun:
     reason = "; ".join(distribution.warnings) or "no live workers"
-    if require_workers:
-        raise NoWorkersError(
-            f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
-            "without require_workers=True to run the plan in this process."
-        )
+    if require_workers:  # refusing: the scheduler's "will execute locally" would be untrue
+        raise NoWorkersError(reason.replace(" — will execute locally", ""))
     warnings.warn(f"{reason}: running the plan in this process", RuntimeWarning, stacklevel=3)
     result = run_local(plan, input=input, params=params, ops=ops, catalog=catalog)
     return LocalPlanRun(result, distribution, len(plan.node_ids()))
