@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "demo",
     "timeline",
     "cluster",
+    "export",
 )
 
 for _name in _COMMAND_MODULES:

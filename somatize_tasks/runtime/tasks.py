@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
@@ -66,17 +67,19 @@ def execute_block(
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
+    history.record(context, run_id, nodes, "running", epoch)
     try:
         result = run_block(
             engine.program, block, run_id, epoch, input_expr,
             store=context.values, catalog=default_catalog, worker_id=context.worker_id,
         )  # fmt: skip
     except Exception as exc:
-        state.mark_nodes(
-            nodes, "failed", context.worker_id, epoch, error=f"{type(exc).__name__}: {exc}"
-        )
+        error = f"{type(exc).__name__}: {exc}"
+        state.mark_nodes(nodes, "failed", context.worker_id, epoch, error=error)
+        history.record(context, run_id, nodes, "failed", epoch, error=error)
         engine.fail(block, exc, context.worker_id)
         raise
+    history.record(context, run_id, nodes, "done", epoch, ended_at=result.ended_at)
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.

@@ -34,6 +34,7 @@ SLOW = seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sum"))
                                  "redis://localhost/zero", "http://localhost:6379"])
 @pytest.mark.parametrize("command", [["workers"], ["status", "abc"], ["cancel", "abc"],
                                      ["submit", "PLAN"], ["timeline", "abc", "-o", "t.html"],
+                                     ["export", "abc", "--soma", "out"],
                                      ["worker", "--worker-id", "w"]])
 def test_a_malformed_redis_url_is_one_error_line(
     tmp_path: Path, url: str, command: list[str]
