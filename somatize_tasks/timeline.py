@@ -180,9 +180,11 @@ def _lane_bars(lay: Layout, bars: list[Bar]) -> list[str]:
         x, y = lay.x(bar.start), lay.lane_y(bar.worker, bar.lane)
         width = max(bar.seconds * lay.scale, 2.0)
         following = next((lay.x(b.start) for b in ordered[i + 1:] if b.lane == bar.lane), WIDTH)
-        size = label_w(bar.label)
-        lx = min(x, WIDTH - 4 - size)  # near the right edge: end the label there
+        size = label_w(bar.label) + (6 + label_w(_error_text(bar)) if bar.error else 0)
+        lx = max(min(x, WIDTH - 4 - size), 0.0)  # near the right edge: end the label there
         line = next((n for n in (0, 1) if line_ends.get((bar.lane, n), -1.0) < lx), None)
+        if line is None and bar.error:
+            line = 0  # a failure is always labelled, even over a neighbour's label
         if line is not None:
             line_ends[(bar.lane, line)] = lx + size + 6
         out.extend(_bar(bar, x, y, width, line, lx, following))
@@ -208,18 +210,21 @@ def _bar(bar: Bar, x: float, y: float, width: float, line: int | None, lx: float
                         fill="#24292f", class_="label"))  # fmt: skip
     if label_w(took, 10) + 8 < width:
         out.append(text(x + width / 2, y + BAR_H / 2 + 3.5, took, font_size="10",
-                        fill="#ffffff", text_anchor="middle"))  # fmt: skip
+                        fill="#24292f" if bar.state == LOST else "#ffffff",
+                        text_anchor="middle"))  # fmt: skip
     elif x + width + 3 + label_w(took, 10) < min(following, WIDTH - 2) and not bar.error:
         out.append(text(x + width + 3, y + BAR_H / 2 + 3.5, took, font_size="10",
                         fill="#5b6470"))  # fmt: skip
-    if bar.error:  # the reason, in red, right of the bar (or ending at the edge)
-        shown = bar.error if len(bar.error) <= ERROR_CHARS else bar.error[:ERROR_CHARS] + "…"
-        shown = f"✗ {shown}"
-        ex = min(x + width + 4, WIDTH - 4 - label_w(shown, 11))
-        out.append(text(max(ex, LABEL_W), y + BAR_H / 2 + 4, shown, font_size="11",
-                        fill=STATE_COLOURS["failed"], font_weight="600", class_="error",
-                        data_node=bar.node_id))  # fmt: skip
+    if bar.error and line is not None:  # the reason, in red, after the label above the bar
+        out.append(text(lx + 1 + label_w(bar.label) + 6, y - 4 - line * LABEL_LINE_H,
+                        _error_text(bar), font_size="11", fill=STATE_COLOURS["failed"],
+                        font_weight="600", class_="error", data_node=bar.node_id))  # fmt: skip
     return out
+
+
+def _error_text(bar: Bar) -> str:
+    error = bar.error or ""
+    return "✗ " + (error if len(error) <= ERROR_CHARS else error[:ERROR_CHARS] + "…")
 
 
 MARK_WORDS = {"skipped": "skipped", "cancelled": "cancelled", "not run": "not run",

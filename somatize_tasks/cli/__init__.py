@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "timeline",
     "cluster",
     "export",
+    "dashboard",
 )
 
 for _name in _COMMAND_MODULES:
