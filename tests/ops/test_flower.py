@@ -127,7 +127,9 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
                 and any(n.startswith("transfer:upload ") for n in names)
                 and any(n.startswith("transfer:download ") for n in names))
 
-    assert wait_for(seen_all, 20, 0.3), _tasks_of_run(flower, run.id)
+    assert wait_for(seen_all, 20, 0.3), sorted(
+        (t["name"], t.get("state"), bool(t.get("worker")))
+        for t in _tasks_of_run(flower, run.id).values())
     tasks = list(_tasks_of_run(flower, run.id).values())
     for task in tasks:
         shown = f"{task['args']} {task['kwargs']}"
