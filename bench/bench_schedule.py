@@ -5,7 +5,9 @@ workers:
 
 - fork-join: a chain of stages, each ``split -> Parallel(8 branches of a
   4-step Sequence) -> join``;
-- wide-parallel: ``load -> Parallel(every other node) -> merge``.
+- wide-parallel: ``load -> Parallel(every other node) -> merge``;
+- fork-join+graph: the fork-join with a predecessors graph holding the same
+  data edges (transfers then come from the graph).
 
 Plans and workers are built (and validated) before timing starts; only the
 ``schedule()`` call is timed. Each case runs several times (at least 5, more
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scheduler import ExecutionPlan, WorkerInfo, schedule
+from scheduler import ExecutionPlan, WorkerInfo, data_edges, schedule
 
 SIZES = (10, 100, 1_000, 10_000)
 WORKER_COUNTS = (4, 16, 64)
@@ -108,22 +110,26 @@ def main() -> None:
     args = parser.parse_args()
     min_reps, budget_s = (3, 0.05) if args.quick else (5, 0.3)
 
-    shapes: dict[str, Callable[[int], dict[str, Any]]] = {
-        "fork-join": fork_join,
-        "wide-parallel": wide_parallel,
+    shapes: dict[str, tuple[Callable[[int], dict[str, Any]], bool]] = {
+        "fork-join": (fork_join, False),
+        "wide-parallel": (wide_parallel, False),
+        "fork-join+graph": (fork_join, True),
     }
     print(f"schedule() only; median of >= {min_reps} runs per case (~{budget_s} s each);")
     print("'best' is the fastest run and 'cpu' the median CPU time, for a shared, noisy machine")
-    header = f"{'shape':<14}{'nodes':>7}{'workers':>9}{'us/call':>12}{'us/node':>10}"
+    header = f"{'shape':<16}{'nodes':>7}{'workers':>9}{'us/call':>12}{'us/node':>10}"
     print(f"{header}{'best us/node':>14}{'cpu us/node':>13}")
-    for name, build in shapes.items():
+    for name, (build, with_graph) in shapes.items():
         for size in SIZES:
             plan = ExecutionPlan.model_validate(build(size))
             nodes = len(plan.node_ids())
+            graph = _graph_of(plan) if with_graph else None
             for count in WORKER_COUNTS:
                 fleet = workers(count)
                 times, cpu = run_times(
-                    lambda plan=plan, fleet=fleet: schedule(plan, fleet),
+                    lambda plan=plan, fleet=fleet, graph=graph: schedule(
+                        plan, fleet, predecessors=graph
+                    ),
                     min_reps=min_reps,
                     budget_s=budget_s,
                 )
@@ -131,9 +137,17 @@ def main() -> None:
                 best = min(times) * 1e6 / nodes
                 cpu_per_node = statistics.median(cpu) * 1e6 / nodes
                 print(
-                    f"{name:<14}{nodes:>7}{count:>9}{micros:>12.1f}"
+                    f"{name:<16}{nodes:>7}{count:>9}{micros:>12.1f}"
                     f"{micros / nodes:>10.2f}{best:>14.2f}{cpu_per_node:>13.2f}"
                 )
+
+
+def _graph_of(plan: ExecutionPlan) -> dict[str, list[str]]:
+    """A predecessors graph with the plan's own data edges."""
+    graph: dict[str, list[str]] = {node_id: [] for node_id in plan.node_ids()}
+    for source, target in data_edges(plan):
+        graph[target].append(source)
+    return graph
 
 
 if __name__ == "__main__":

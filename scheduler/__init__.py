@@ -15,8 +15,11 @@ from scheduler.distribution import (
     PlanPhase,
 )
 from scheduler.errors import FieldProblem, PlacementError, PlanValidationError, SchedulerError
+from scheduler.graph import PlanDocument, Predecessors, check_predecessors, load_plan_document
+from scheduler.notices import plan_warnings
 from scheduler.placement import data_edges, exit_nodes, schedule, schedule_study
 from scheduler.plan import (
+    SOMA_LOOP_CAP,
     Branch,
     Composite,
     Empty,
@@ -38,6 +41,7 @@ from scheduler.workers import WorkerInfo, load_workers
 __all__ = [
     "PARALLEL",
     "SEQUENTIAL",
+    "SOMA_LOOP_CAP",
     "Assignment",
     "Branch",
     "Composite",
@@ -52,9 +56,11 @@ __all__ = [
     "Parallel",
     "Phase",
     "PlacementError",
+    "PlanDocument",
     "PlanNode",
     "PlanPhase",
     "PlanValidationError",
+    "Predecessors",
     "Remote",
     "RemoteTarget",
     "SchedulerError",
@@ -62,10 +68,13 @@ __all__ = [
     "Step",
     "Stream",
     "WorkerInfo",
+    "check_predecessors",
     "data_edges",
     "exit_nodes",
     "load_plan",
+    "load_plan_document",
     "load_workers",
+    "plan_warnings",
     "schedule",
     "schedule_study",
 ]

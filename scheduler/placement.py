@@ -24,10 +24,12 @@ into the next; every branch of a Parallel, every arm of a Branch (and the
 Branch's own node) and a Loop's first pass read the input of their parent;
 what follows a Parallel or Branch reads every branch's (arm's) terminal
 node; a Step feeds its handoffs; Empty passes its input through; a Loop's
-later passes read ``carry_from`` (or the body's terminal nodes) wherever
-the first pass read the Loop's input, and what follows the Loop reads the
-same. Every edge whose ends are on different workers is one
-``DataTransfer``.
+later passes read ``carry_from`` wherever the first pass read the Loop's
+input (without ``carry_from`` every pass reads the Loop's input again), and
+what follows the Loop reads ``carry_from``, else the body's terminal nodes.
+With a predecessors graph (:mod:`scheduler.graph`) the edges are the
+graph's instead, as Soma's executor reads them. Every edge whose ends are
+on different workers is one ``DataTransfer``.
 
 Speed: the walk keeps plain dicts, lists and tuples and builds the pydantic
 output once at the end (:func:`scheduler.distribution.trusted`); reasons
@@ -38,7 +40,7 @@ during the walk, which allocates many small objects and frees none.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -53,6 +55,8 @@ from scheduler.distribution import (
 )
 from scheduler.errors import PlacementError
 from scheduler.feasibility import Feasibility
+from scheduler.graph import graph_edges
+from scheduler.notices import plan_warnings
 from scheduler.phases import PhaseBuilder
 from scheduler.plan import (
     Branch,
@@ -113,25 +117,33 @@ def schedule(
     differentiable_nodes: Iterable[str] = (),
     *,
     allow_local_fallback: bool = False,
+    predecessors: Mapping[str, list[str]] | None = None,
 ) -> DistributionPlan:
     """Place every node of ``plan`` on one of ``workers``.
 
     No workers, or none with a free slot: an empty plan with a warning
     (run locally). A ``Remote`` no worker can take raises
     :class:`PlacementError`, or with ``allow_local_fallback=True`` returns an
-    empty plan carrying that message as a warning.
+    empty plan carrying that message as a warning. With ``predecessors``
+    (checked by :func:`scheduler.graph.check_predecessors`), transfers follow
+    that graph's edges: one per edge whose ends landed on different workers.
     """
-    root = _root_of(plan)
+    loaded = _plan_of(plan)
+    root, notes = loaded.root, plan_warnings(loaded)
     feasibility = Feasibility(list(workers))
     early = _early_exit(feasibility)
     if early is not None:
+        early.warnings.extend(notes)
         return early
     walk = _Walk(feasibility, frozenset(differentiable_nodes))
+    walk.warnings.extend(notes)
     first = walk.ledger.ranked(feasibility.usable, wants_gpu=False)[0]
     lane = Lane(first.id, f"least loaded worker ({first.available_slots} free slots)")
     try:
         with _gc_paused():
+            walk.graph = predecessors
             walk.place(root, (), lane)
+            walk.link_graph()
             walk.flush_transfers()
             result = walk.result()
             del walk  # its scaffolding goes now, unseen by the collector
@@ -156,7 +168,8 @@ def schedule_study(
     """
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
-    root = _root_of(plan)
+    loaded = _plan_of(plan)
+    root = loaded.root
     feasibility = Feasibility(list(workers))
     early = _early_exit(feasibility)
     if early is not None:
@@ -171,20 +184,26 @@ def schedule_study(
             walk.place(root, (), Lane(worker.id, reason))
             walk.phases.end_trial()
             walk.flush_transfers()
+        walk.warnings.extend(plan_warnings(loaded))
         result = walk.result()
         del walk  # as in schedule()
     return result
 
 
-def data_edges(plan: ExecutionPlan | PlanNode | Any) -> list[tuple[str, str]]:
+def data_edges(
+    plan: ExecutionPlan | PlanNode | Any, predecessors: Mapping[str, list[str]] | None = None
+) -> list[tuple[str, str]]:
     """Every (producer, consumer) pair of node ids the plan's data flows along,
     by the rules in this module's docstring, each once, in the order the walk
-    meets them (a Loop's back edges right after its body).
+    meets them (a Loop's back edges right after its body); with a
+    predecessors graph, that graph's edges.
 
     Placement-independent: the edges a :class:`DistributionPlan`'s transfers
     are drawn from (a transfer is an edge whose ends landed on different
     workers).
     """
+    if predecessors is not None:
+        return graph_edges(predecessors)
     walk, lane = _flow_walk()
     walk.edges = []
     walk.place(_root_of(plan), (), lane)
@@ -234,9 +253,13 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _root_of(plan: Any) -> PlanNode:
+    return _plan_of(plan).root
+
+
+def _plan_of(plan: Any) -> ExecutionPlan:
     if isinstance(plan, ExecutionPlan):
-        return plan.root
-    return load_plan(plan).root
+        return plan
+    return load_plan(plan)
 
 
 def _early_exit(feasibility: Feasibility) -> DistributionPlan | None:
@@ -280,6 +303,8 @@ class _Walk:
         self.transfers: list[DataTransfer] = []
         #: Every data edge, when asked for (see data_edges); None: not recorded.
         self.edges: list[tuple[str, str]] | None = None
+        #: A predecessors graph: its edges replace the plan-shaped ones.
+        self.graph: Mapping[str, list[str]] | None = None
         self.warnings: list[str] = []
         self._fronts: dict[int, tuple[Ids, bool]] = {}
 
@@ -305,6 +330,8 @@ class _Walk:
 
     def link(self, sources: Ids, target: str, to_worker: str) -> None:
         """Data flows from each of ``sources`` to ``target`` (on ``to_worker``)."""
+        if self.graph is not None:
+            return  # the graph's edges are linked once, after the walk
         if self.edges is not None:
             self.edges.extend((source, target) for source in sources)
         worker_of = self.worker_of
@@ -321,6 +348,15 @@ class _Walk:
                         "transfer_type": "s3",
                     }
                 )
+
+    def link_graph(self) -> None:
+        """One transfer candidate per graph edge whose ends are on different workers."""
+        graph, self.graph = self.graph, None
+        if graph is None:
+            return
+        worker_of = self.worker_of
+        for target, sources in graph.items():
+            self.link(tuple(dict.fromkeys(sources)), target, worker_of[target])
 
     def place(self, node: PlanNode, inputs: Ids, lane: Lane) -> Ids:
         """Place ``node`` reading from ``inputs``; return the nodes its output comes from."""
@@ -367,7 +403,9 @@ class _Walk:
         self.put(node.node_id, lane.worker_id, "loop controller")
         body_lane = lane.inner(f"body of loop '{node.node_id}', on its controller's worker")
         terminals = self.place(node.body, inputs, body_lane)
-        carried = (node.carry_from,) if node.carry_from is not None else terminals
+        if node.carry_from is None:
+            return terminals  # every pass reads the loop's input again
+        carried = (node.carry_from,)
         worker_of = self.worker_of
         self._repeats_possible = True
         for entry in self.front(node.body)[0]:

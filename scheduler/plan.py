@@ -14,9 +14,10 @@ wire form:
     {'Sequence': [{'Execute': {'node_id': 'a'}}]}
 
 Loading checks what serde cannot: node ids are non-empty and unique across
-the whole plan, Branch labels are unique, a Loop's ``until.node`` and
-``carry_from`` name nodes of its body, and an ``Exhaust`` loop has a bound.
-Every problem is reported as a :class:`PlanValidationError` naming the path.
+the whole plan, Branch labels are unique, and a Loop's ``until.node`` and
+``carry_from`` name nodes of the plan. Every problem is reported as a
+:class:`PlanValidationError` naming the path. A Loop with no
+``max_iterations`` runs at most :data:`SOMA_LOOP_CAP` passes, as in Soma.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainSerializer,
+    PrivateAttr,
     RootModel,
     Tag,
     ValidationError,
@@ -45,6 +47,8 @@ from scheduler.errors import FieldProblem, PlanValidationError
 from scheduler.validation import problems_from_pydantic
 
 NodeId = Annotated[str, Field(min_length=1, description="A node id; never empty.")]
+#: Soma's executor runs a Loop with ``max_iterations: null`` at most this many passes.
+SOMA_LOOP_CAP = 100
 VARIANT_TAGS = (
     "Sequence", "Parallel", "Execute", "Step", "Loop",
     "Branch", "Remote", "Composite", "Stream", "Empty",
@@ -101,7 +105,14 @@ class LoopCondition(_Model):
 
 
 class _Variant(_Model):
-    """Common surface of the ten plan variants."""
+    """Common surface of the ten plan variants.
+
+    Unknown fields are kept aside, not refused: serde ignores them, so a plan
+    from a newer Soma still loads (:func:`scheduler.notices.plan_warnings`
+    names them once).
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     tag: ClassVar[str]
 
@@ -203,6 +214,11 @@ class Loop(_Variant):
 
     def children(self) -> list[PlanNode]:
         return [self.body]
+
+    @property
+    def cap(self) -> int:
+        """How many passes at most: ``max_iterations``, else Soma's cap."""
+        return SOMA_LOOP_CAP if self.max_iterations is None else self.max_iterations
 
     def to_wire(self) -> Any:
         return {
@@ -379,6 +395,8 @@ class ExecutionPlan(RootModel[PlanNode]):
     """
 
     root: PlanNode
+    #: The plan's warnings (scheduler.notices), gathered by check() in its walk.
+    _notes: list[str] | None = PrivateAttr(default=None)
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> ExecutionPlan:
@@ -419,9 +437,11 @@ class ExecutionPlan(RootModel[PlanNode]):
         # plan_checks builds on this module's classes: import it when first needed.
         from scheduler.plan_checks import structural_problems  # noqa: PLC0415
 
-        problems = structural_problems(self.root)
+        notes: list[str] = []
+        problems = structural_problems(self.root, notes)
         if problems:
             raise PlanValidationError("plan", problems)
+        self._notes = notes
 
 
 def load_plan(document: Any) -> ExecutionPlan:
@@ -436,6 +456,7 @@ def load_plan(document: Any) -> ExecutionPlan:
 
 
 __all__ = [
+    "SOMA_LOOP_CAP",
     "VARIANTS",
     "Branch",
     "Composite",

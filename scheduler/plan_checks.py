@@ -3,8 +3,7 @@
 Node ids must be unique across the whole plan (the artifact store, the
 distribution and the run state are all keyed by them); a Branch's labels must
 be unique (a label picks exactly one arm); a Loop's ``until.node`` and
-``carry_from`` must name nodes of its own body; an ``Exhaust`` loop needs a
-bound or it would never end; and a plan may nest at most ``MAX_DEPTH``
+``carry_from`` must name nodes of the plan; and a plan may nest at most ``MAX_DEPTH``
 variants deep (Soma's JSON reader, serde_json, stops at 128 levels of JSON,
 two or more per variant, and so does the writer here). One walk, linear in
 the plan's size.
@@ -13,15 +12,19 @@ the plan's size.
 from __future__ import annotations
 
 from scheduler.errors import FieldProblem
+from scheduler.notices import summarize
 from scheduler.plan import Branch, Loop, Parallel, PlanNode, Remote, Sequence, Step
 
 MAX_DEPTH = 64
 
 
-def structural_problems(root: PlanNode) -> list[FieldProblem]:
-    """Every structural problem of the plan rooted at ``root``, in walk order."""
+def structural_problems(root: PlanNode, notes: list[str] | None = None) -> list[FieldProblem]:
+    """Every structural problem of the plan rooted at ``root``, in walk order; the
+    plan's warnings (:mod:`scheduler.notices`) go to ``notes`` in the same walk."""
     problems: list[FieldProblem] = []
+    unknown: dict[str, None] = {}
     first_seen: dict[str, str] = {}
+    loops: list[tuple[Loop, str]] = []
     stack: list[tuple[PlanNode, str, int]] = [(root, "", 1)]
     while stack:
         node, path, depth = stack.pop()
@@ -42,16 +45,23 @@ def structural_problems(root: PlanNode) -> list[FieldProblem]:
                 )
             else:
                 first_seen[node_id] = here
+        if node.__pydantic_extra__:
+            unknown.update((f"{node.tag}.{name}", None) for name in node.__pydantic_extra__)
         if isinstance(node, Branch):
             problems.extend(_duplicate_labels(node, here))
         if isinstance(node, Loop):
-            problems.extend(_loop_problems(node, here))
+            loops.append((node, here))
         if isinstance(node, Step):
             problems.extend(_duplicate_handoffs(node, here))
         stack.extend(
             (child, child_path, depth + 1)
             for child, child_path in reversed(_children_with_paths(node, here))
         )
+    known = set(first_seen)
+    for loop, here in loops:
+        problems.extend(_loop_problems(loop, here, known))
+    if notes is not None:
+        notes.extend(summarize(unknown, [loop for loop, _ in loops]))
     return problems
 
 
@@ -99,33 +109,26 @@ def _duplicate_handoffs(node: Step, here: str) -> list[FieldProblem]:
     return problems
 
 
-def _loop_problems(node: Loop, here: str) -> list[FieldProblem]:
+def _loop_problems(node: Loop, here: str, known: set[str]) -> list[FieldProblem]:
+    """A Loop's references must name nodes of the plan (Soma's compiler puts them in
+    the body; a hand-written plan may read any node's latest value, as Soma does)."""
     problems = []
-    body_ids = set(node.body.iter_node_ids())
-    if node.until.type == "WhenSignaled" and node.until.node not in body_ids:
+    if node.until.type == "WhenSignaled" and node.until.node not in known:
         problems.append(
             FieldProblem(
                 f"{here}.until.node",
                 f"Loop '{node.node_id}' waits for a signal from '{node.until.node}', "
-                "which is not a node of its body",
+                "which is not a node of the plan",
             )
         )
-    if node.carry_from is not None and node.carry_from not in body_ids:
+    if node.carry_from is not None and node.carry_from not in known:
         problems.append(
             FieldProblem(
                 f"{here}.carry_from",
                 f"Loop '{node.node_id}' carries from '{node.carry_from}', "
-                "which is not a node of its body",
+                "which is not a node of the plan",
             )
         )
-    if node.until.type == "Exhaust" and node.max_iterations is None:
-        problems.append(
-            FieldProblem(
-                f"{here}.max_iterations",
-                f"Loop '{node.node_id}' runs until exhausted but has no max_iterations; "
-                "it would never end",
-            )
-        )
-    if not body_ids:
+    if next(node.body.iter_node_ids(), None) is None:
         problems.append(FieldProblem(f"{here}.body", f"Loop '{node.node_id}' has an empty body"))
     return problems

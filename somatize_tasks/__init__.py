@@ -10,6 +10,7 @@ from somatize_tasks.celery_app import create_app, settings_of
 from somatize_tasks.errors import RunError
 from somatize_tasks.keys import RedisKeys, queue_name
 from somatize_tasks.registry import Registry, live_workers
+from somatize_tasks.runtime.control import Handoff
 from somatize_tasks.runtime.handle import (
     NodeFailedError,
     PlanRun,
@@ -20,7 +21,6 @@ from somatize_tasks.runtime.handle import (
     RunTimeoutError,
 )
 from somatize_tasks.runtime.local import run_local
-from somatize_tasks.runtime.signals import Handoff
 from somatize_tasks.runtime.submit import NoWorkersError, StudyRun, submit_plan, submit_study
 from somatize_tasks.settings import Settings
 

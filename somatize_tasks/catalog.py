@@ -3,7 +3,11 @@
 ``@node("normalize")`` registers a callable (input as its single positional
 argument, run parameters as keywords) or a Soma-style Filter class
 (``fit(x, y=None) -> state``, ``forward(x, state) -> output``; the run's
-parameters go to its constructor, and a fresh instance serves each call).
+parameters go to its constructor, and a fresh instance serves each task).
+A Filter is trainable unless it says ``_kind = "stateless"`` (Soma's
+spelling; ``kind`` works too). In a Stream, an entry keeps a stream mode:
+``@node("scale", stream="evolving")``, or Soma's class attribute
+``_stream_mode = "fixed" | "evolving" | "barrier"``; FixedState by default.
 A worker fills its catalog by importing the modules named by ``--nodes`` at
 start (:func:`load_catalog_modules`); nothing in a message can add to it.
 """
@@ -26,6 +30,13 @@ from somatize_tasks.errors import (
 
 T = TypeVar("T")
 EntryKind = Literal["function", "filter"]
+StreamMode = Literal["fixed_state", "evolving", "barrier"]
+_STREAM_MODES: dict[str, StreamMode] = {
+    "fixed_state": "fixed_state", "fixed": "fixed_state", "FixedState": "fixed_state",
+    "evolving": "evolving", "Evolving": "evolving", "barrier": "barrier", "Barrier": "barrier",
+}  # fmt: skip
+_FILTER_KINDS = {"trainable": True, "Trainable": True, "opaque": True, "Opaque": True,
+                 "stateless": False, "Stateless": False}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,13 @@ class CatalogEntry:
     target: Any
     kind: EntryKind
     signature: inspect.Signature | None = field(compare=False, default=None)
+    stream_mode: StreamMode = "fixed_state"
+    trainable: bool = False
+
+    @property
+    def can_fit_composite(self) -> bool:
+        """Whether this filter can fit a whole Composite block (``composite_fit``)."""
+        return self.kind == "filter" and callable(getattr(self.target, "composite_fit", None))
 
     @property
     def qualname(self) -> str:
@@ -63,14 +81,17 @@ class Catalog:
         self._entries: dict[str, CatalogEntry] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, target: Any) -> CatalogEntry:
+    def register(self, name: str, target: Any, *, stream: str | None = None) -> CatalogEntry:
         """Add ``target`` under ``name``; the same object again is a no-op (re-import)."""
         if not name or not isinstance(name, str):
             raise CatalogError(f"a node name must be a non-empty string, not {name!r}")
+        mode = _stream_mode(name, stream if stream is not None else
+                            getattr(target, "_stream_mode", "fixed_state"))  # fmt: skip
         if _is_filter(target):
-            entry = CatalogEntry(name, target, "filter", _signature(target))
+            entry = CatalogEntry(name, target, "filter", _signature(target), mode,
+                                 _trainable(name, target))  # fmt: skip
         elif callable(target) and not inspect.isclass(target):
-            entry = CatalogEntry(name, target, "function", _signature(target))
+            entry = CatalogEntry(name, target, "function", _signature(target), mode)
         else:
             raise CatalogError(
                 f"node '{name}': {target!r} is neither a callable nor a Filter class "
@@ -109,11 +130,15 @@ default_catalog = Catalog()
 @overload
 def node(name: Callable[..., Any], /) -> Callable[..., Any]: ...
 @overload
-def node(name: str | None = None, /, *, catalog: Catalog | None = None) -> Callable[[T], T]: ...
+def node(
+    name: str | None = None, /, *, catalog: Catalog | None = None, stream: str | None = None
+) -> Callable[[T], T]: ...
 
 
-def node(name: Any = None, /, *, catalog: Catalog | None = None) -> Any:
-    """Register a node: ``@node``, ``@node()`` or ``@node("name")``.
+def node(
+    name: Any = None, /, *, catalog: Catalog | None = None, stream: str | None = None
+) -> Any:
+    """Register a node: ``@node``, ``@node()`` or ``@node("name", stream="barrier")``.
 
     Without a name the function's (or class's) ``__name__`` is used. The
     decorated object is returned unchanged, so it stays callable locally.
@@ -124,20 +149,66 @@ def node(name: Any = None, /, *, catalog: Catalog | None = None) -> Any:
         return name
 
     def decorate(target: T) -> T:
-        target_catalog.register(name or getattr(target, "__name__", ""), target)
+        target_catalog.register(name or getattr(target, "__name__", ""), target, stream=stream)
         return target
 
     return decorate
 
 
-def _check_params(entry: CatalogEntry, value: Any, params: Mapping[str, Any]) -> None:
+def _stream_mode(name: str, mode: Any) -> StreamMode:
+    found = _STREAM_MODES.get(mode) if isinstance(mode, str) else None
+    if found is None:
+        raise CatalogError(
+            f"node '{name}': stream mode {mode!r} does not exist; "
+            "use 'fixed_state', 'evolving' or 'barrier'"
+        )
+    return found
+
+
+def _trainable(name: str, target: Any) -> bool:
+    kind = getattr(target, "_kind", getattr(target, "kind", "trainable"))
+    if kind not in _FILTER_KINDS:
+        raise CatalogError(
+            f"node '{name}': filter kind {kind!r} does not exist; use 'trainable' or 'stateless'"
+        )
+    return _FILTER_KINDS[kind]
+
+
+class BoundNode:
+    """A catalog entry with one node's parameters: what a task calls, fit or forward.
+
+    A Filter is instantiated once per task with its parameters; a function
+    takes them as keywords on every call.
+    """
+
+    def __init__(self, entry: CatalogEntry, params: Mapping[str, Any] | None = None) -> None:
+        self.entry = entry
+        self.params = dict(params or {})
+        _check_params(entry, self.params)
+        self.instance: Any = entry.target(**self.params) if entry.kind == "filter" else None
+
+    @property
+    def trainable(self) -> bool:
+        return self.entry.trainable
+
+    def fit(self, x: Any, y: Any = None) -> Any:
+        """Learn the state (a trainable Filter's ``fit(x, y)``)."""
+        return self.instance.fit(x, y)
+
+    def forward(self, x: Any, state: Any = None) -> Any:
+        if self.instance is None:
+            return self.entry.target(x, **self.params)
+        return self.instance.forward(x, state)
+
+
+def _check_params(entry: CatalogEntry, params: Mapping[str, Any]) -> None:
     if entry.signature is None:
         return
     try:
         if entry.kind == "filter":
             entry.signature.bind(**params)
         else:
-            entry.signature.bind(value, **params)
+            entry.signature.bind(None, **params)
     except TypeError as exc:
         raise NodeParamsError(
             f"node '{entry.name}' ({entry.qualname}) cannot take parameters "
@@ -146,14 +217,11 @@ def _check_params(entry: CatalogEntry, value: Any, params: Mapping[str, Any]) ->
 
 
 def call_node(entry: CatalogEntry, value: Any, params: Mapping[str, Any] | None = None) -> Any:
-    """Run one node on ``value``: a function call, or Filter ``fit`` then ``forward``."""
-    kwargs = dict(params or {})
-    _check_params(entry, value, kwargs)
-    if entry.kind == "filter":
-        instance = entry.target(**kwargs)
-        state = instance.fit(value)
-        return instance.forward(value, state)
-    return entry.target(value, **kwargs)
+    """Run one node on ``value`` as an unsupervised fit would: a function call, or
+    a trainable Filter's ``fit(x)`` then ``forward`` (a stateless one only forwards)."""
+    bound = BoundNode(entry, params)
+    state = bound.fit(value) if bound.trainable else None
+    return bound.forward(value, state)
 
 
 def load_catalog_modules(modules: Iterable[str], catalog: Catalog | None = None) -> list[str]:

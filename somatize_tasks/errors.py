@@ -7,6 +7,7 @@
     │   ├── DuplicateNodeError      two different callables claim one name
     │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
     ├── CodecError                  a value cannot be encoded or decoded (TypeError)
+    ├── MissingStateError           a forward run has no state for a trainable filter
     └── ArtifactError               the artifact store cannot serve a request
         ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
         ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
@@ -120,3 +121,7 @@ class StoreUnavailableError(StoreError):
 
 class RunError(SomatizeError):
     """A run did not produce its output; subclasses in :mod:`somatize_tasks.runtime.handle`."""
+
+
+class MissingStateError(SomatizeError, LookupError):
+    """A forward run reached a trainable filter with no fitted state to use."""

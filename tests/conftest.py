@@ -42,6 +42,7 @@ TEST_NODES = ",".join([
     "tests.somatize_tasks.worker_nodes",
     "somatize_tasks.examples.nodes",
     "tests.runtime.run_nodes",
+    "tests.runtime.soma_nodes",
 ])
 
 

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "plan",
     "worker",
     "workers",
+    "modes",
     "runs",
     "reaper",
     "demo",

@@ -1,7 +1,9 @@
 """``somatize-tasks plan FILE``: place a plan on workers and show the result.
 
-FILE holds ``{"plan": ..., "workers": [...], "differentiable_nodes": [...]}``
-(a *schedule input*), or a bare plan together with ``--workers WORKERS.json``.
+FILE holds ``{"plan": ..., "workers": [...], "differentiable_nodes": [...],
+"predecessors": {...}}`` (a *schedule input*; ``predecessors`` is optional:
+the plan's data graph, whose edges the transfers then follow), or a plan
+(bare, or as ``{"plan": ..., "predecessors": ...}``) with ``--workers WORKERS.json``.
 The default output is a readable report (per worker: its nodes in execution
 order with phase and reason, transfers in and out; the phases; warnings);
 ``--json`` prints exactly the ``DistributionPlan`` JSON and ``--mermaid`` a
@@ -31,6 +33,7 @@ from scheduler import (
     SchedulerError,
     WorkerInfo,
     data_edges,
+    load_plan_document,
     load_workers,
     schedule,
 )
@@ -38,7 +41,7 @@ from somatize_tasks.cli import main
 from somatize_tasks.cli.common import load_json_file
 
 EXAMPLE = "pipeline.schedule-input.json"
-_INPUT_KEYS = {"plan", "workers", "differentiable_nodes"}
+_INPUT_KEYS = {"plan", "workers", "differentiable_nodes", "predecessors"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class ScheduleInput:
     plan: ExecutionPlan
     workers: list[WorkerInfo]
     differentiable_nodes: list[str]
+    predecessors: dict[str, list[str]] | None = None
 
 
 @main.command("plan")
@@ -89,6 +93,7 @@ def plan_command(
             given.workers,
             given.differentiable_nodes,
             allow_local_fallback=allow_local_fallback,
+            predecessors=given.predecessors,
         )
     except PlacementError as exc:
         raise click.ClickException(
@@ -102,7 +107,7 @@ def plan_command(
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     elif mermaid:
-        click.echo(to_mermaid(given.plan, result, given.workers))
+        click.echo(to_mermaid(given.plan, result, given.workers, given.predecessors))
     else:
         print_report(result, given.workers)
 
@@ -128,7 +133,7 @@ def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleI
         if workers is None:
             workers = document.get("workers")
         differentiable = document.get("differentiable_nodes", [])
-        document = document["plan"]
+        document = {"plan": document["plan"], "predecessors": document.get("predecessors")}
     else:
         differentiable = []
     if workers is None:
@@ -137,8 +142,11 @@ def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleI
         )
     if not isinstance(differentiable, list) or not all(isinstance(n, str) for n in differentiable):
         raise click.ClickException(f"{source}: differentiable_nodes must be a list of node ids")
-    plan = ExecutionPlan.model_validate(document)  # parsed JSON: never read a str as text
-    return ScheduleInput(plan, load_workers(workers), differentiable)
+    # parsed JSON: a str here is a variant name ("Empty"), never JSON text
+    loaded = load_plan_document(document)
+    return ScheduleInput(
+        loaded.plan, load_workers(workers), differentiable, loaded.predecessors
+    )
 
 
 # --- the readable report ---------------------------------------------------------------------
@@ -207,7 +215,12 @@ def print_report(
 # --- Mermaid ---------------------------------------------------------------------------------
 
 
-def to_mermaid(plan: ExecutionPlan, result: DistributionPlan, workers: list[WorkerInfo]) -> str:
+def to_mermaid(
+    plan: ExecutionPlan,
+    result: DistributionPlan,
+    workers: list[WorkerInfo],
+    predecessors: dict[str, list[str]] | None = None,
+) -> str:
     """The plan as a Mermaid flowchart: a box per worker holding its nodes, an
     arrow per data edge, transfers drawn thick and coloured."""
     ids = {node_id: f"n{i}" for i, node_id in enumerate(plan.node_ids())}
@@ -224,7 +237,7 @@ def to_mermaid(plan: ExecutionPlan, result: DistributionPlan, workers: list[Work
     lines += [f'    {ids[n]}["{_label(n)}"]' for n in ids if n not in where]
     moved = {(t.from_node, t.to_node): t.transfer_type for t in result.data_transfers}
     thick: list[str] = []
-    for number, (source, target) in enumerate(data_edges(plan)):
+    for number, (source, target) in enumerate(data_edges(plan, predecessors)):
         via = moved.get((source, target))
         if via is None:
             lines.append(f"    {ids[source]} --> {ids[target]}")

@@ -27,9 +27,11 @@ from somatize_tasks.cli.common import (
     load_json_file,
     split_modules,
 )
+from somatize_tasks.cli.modes import local_states, mode_options
 from somatize_tasks.cli.plan import print_report
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.local import run_local
+from somatize_tasks.runtime.states import write_bundle
 from somatize_tasks.runtime.submit import NoWorkersError, submit_plan
 from somatize_tasks.settings import Settings
 
@@ -139,6 +141,7 @@ def _read_run_files(
 @params_option
 @ops_option
 @nodes_option
+@mode_options
 @click.option(
     "--wait", is_flag=True, help="Follow the run with a progress bar and print its output."
 )
@@ -160,14 +163,18 @@ def submit(
     timeout: float | None,
     as_json: bool,
     require_workers: bool,
+    run_options: dict[str, Any],
 ) -> None:
-    """Submit PLAN.json to the live workers."""
+    """Submit PLAN.json to the live workers (a plan, or {"plan", "predecessors"})."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
     settings = Settings.from_env()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            run = submit_plan(plan, **inputs, require_workers=require_workers, settings=settings)
+            run = submit_plan(
+                plan, **inputs, **run_options, require_workers=require_workers,
+                settings=settings,
+            )  # fmt: skip
         except NoWorkersError as exc:
             raise click.ClickException(
                 f"{exc.reason}; refusing to run here (--require-workers). Start a worker "
@@ -294,6 +301,12 @@ def cancel(run_id: str) -> None:
 @params_option
 @ops_option
 @nodes_option
+@mode_options
+@click.option(
+    "--states-out",
+    type=click.Path(dir_okay=False),
+    help="After a fit, write the states it learned to this states file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print only the output, as JSON.")
 @friendly_errors
 def run(
@@ -302,16 +315,24 @@ def run(
     params_file: str | None,
     ops_file: str | None,
     nodes: tuple[str, ...],
+    states_out: str | None,
     as_json: bool,
+    run_options: dict[str, Any],
 ) -> None:
-    """Run PLAN.json here, in this process (no Redis, no workers): to try a plan."""
+    """Run PLAN.json here, in this process (no workers; Redis only for --states-from RUN_ID)."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
-    result = run_local(plan, **inputs)
+    states = local_states(run_options.pop("states_from"))
+    result = run_local(plan, **inputs, **run_options, states=states)
+    for warning in result.warnings:
+        people.print(f"[yellow]warning:[/yellow] {warning}")
     if result.status != "done":
         error = result.error or {}
         raise click.ClickException(
             f"node '{error.get('node_id')}' failed: {error.get('type')}: {error.get('message')}"
         )
+    if states_out is not None:
+        write_bundle(states_out, result.states)
+        people.print(f"wrote the states of {len(result.states)} nodes to {states_out}")
     if as_json:
         _json_out(result.output)
     else:

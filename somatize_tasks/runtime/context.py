@@ -39,6 +39,12 @@ class ArtifactValues:
     def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
         return self.store.put(run_id, node_id, epoch, value).model_dump(mode="json")
 
+    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        ref = self.store.put(run_id, node_id, epoch, value)
+        if ref.inline is None:
+            self.store.upload(ref)
+        return ref.model_dump(mode="json")
+
     def get_value(self, ref: dict[str, Any]) -> Any:
         return self.store.get(ArtifactRef.model_validate(ref))
 
@@ -75,8 +81,9 @@ class RunContext:
                 self._programs.move_to_end(run_id)
                 return cached
         raw = self.redis.hmget(
-            self.keys.run(run_id), "plan", "distribution", "params", "ops", "version", "time_limits"
-        )
+            self.keys.run(run_id), "plan", "distribution", "params", "ops", "version",
+            "time_limits", "predecessors", "mode", "labels", "states",
+        )  # fmt: skip
         if raw[0] is None:
             return None
         program = compile_program(
@@ -86,6 +93,10 @@ class RunContext:
             ops=json.loads(raw[3] or b"{}"),
             version=int(raw[4] or 0),
             time_limits_s=_limits(raw[5]),
+            predecessors=json.loads(raw[6]) if raw[6] else None,
+            mode=(raw[7] or b"fit").decode(),
+            labels=json.loads(raw[8]) if raw[8] else None,
+            states=json.loads(raw[9] or b"{}"),
         )
         self.remember(run_id, program)
         return program

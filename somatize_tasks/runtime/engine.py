@@ -2,8 +2,8 @@
 
 How a run moves (no giant canvas, no task waiting on another):
 
-1. ``submit_plan`` records the run and calls :meth:`Engine.start` on the
-   root block. Routing blocks (Sequence, Parallel, Remote, Loop, Empty)
+1. ``submit_plan`` records the run and calls :meth:`Engine.begin`, which
+   starts the root block. Routing blocks (Sequence, Parallel, Remote, Loop, Empty)
    start their first children at once; a task block (Execute, Composite,
    Stream, and the Branch/Step controllers, which run a node of their own)
    is handed to the :class:`Dispatcher`, which publishes it to its worker's
@@ -29,10 +29,17 @@ import traceback
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
+from somatize_tasks.runtime.control import STOP, ControlFlowError
 from somatize_tasks.runtime.program import Block, Program
-from somatize_tasks.runtime.signals import ControlFlowError
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, SKIPPED, LeafResult, RunState
-from somatize_tasks.runtime.values import Expr, join_branches
+from somatize_tasks.runtime.values import (
+    NOTHING,
+    RUN_INPUT,
+    Expr,
+    graph_expr,
+    join_branches,
+    node_input_expr,
+)
 
 
 class Dispatcher(Protocol):
@@ -44,40 +51,78 @@ class Dispatcher(Protocol):
 
 
 class Engine:
-    """Advances one run: constant work per event, all state in :class:`RunState`."""
+    """Advances one run: constant work per event, all state in :class:`RunState`.
+
+    What flows between blocks (``flow`` below) depends on the run's data
+    model. Without a predecessors graph it is the data itself: a Sequence
+    threads each output into the next step. With one, every task block
+    reads its inputs from its predecessors' latest outputs, and ``flow`` is
+    the last value written, as Soma's run returns the last node executed.
+    """
 
     def __init__(self, program: Program, state: RunState, dispatcher: Dispatcher) -> None:
         self.program = program
         self.state = state
         self.dispatcher = dispatcher
+        self._run_input: Expr | None = None
+
+    def begin(self, input_expr: Expr) -> None:
+        """Start the run at its root block."""
+        self._run_input = input_expr
+        self.start(0, 0, NOTHING if self.program.follows_graph else input_expr)
 
     # --- starting blocks -------------------------------------------------------------
 
-    def start(self, bid: int, epoch: int, input_expr: Expr) -> None:
+    def start(self, bid: int, epoch: int, flow: Expr) -> None:
         block = self.program.blocks[bid]
         if block.runs_task:
-            if block.kind == "Branch":
-                self.state.save_input(bid, epoch, input_expr)
-            self.dispatcher.dispatch(block, epoch, input_expr)
+            self.dispatcher.dispatch(block, epoch, self._task_input(block, flow))
         elif block.kind == "Parallel" and block.children:
             self.state.open_join(bid, epoch, len(block.children))
+            if self.program.follows_graph:
+                self.state.save_input(bid, epoch, flow)  # what "nothing written" looks like
             for child in block.children:
-                self.start(child, epoch, input_expr)
+                self.start(child, epoch, flow)
         elif block.kind == "Loop":
-            self._start_loop(block, epoch, input_expr)
+            self._start_loop(block, epoch, flow)
         elif block.children:  # Sequence, Remote: their first child
-            self.start(block.children[0], epoch, input_expr)
-        else:  # Empty, or an empty Sequence/Parallel: the input passes through
-            self.complete(bid, epoch, input_expr)
+            self.start(block.children[0], epoch, flow)
+        else:  # Empty, or an empty Sequence/Parallel: nothing written, the flow goes on
+            self.complete(bid, epoch, flow)
 
-    def _start_loop(self, block: Block, epoch: int, input_expr: Expr) -> None:
+    def _task_input(self, block: Block, flow: Expr) -> Expr:
+        """What a task block reads: the flow, or its predecessors' latest outputs."""
+        if not self.program.follows_graph:
+            return flow
+        preds, wants_input = self.program.reads_of(block)
+        available = self.state.latest(preds)
+        if wants_input:
+            available[RUN_INPUT] = self.run_input()
+        return graph_expr(available)
+
+    def run_input(self) -> Expr:
+        if self._run_input is None:
+            self._run_input = self.state.run_input()
+        return self._run_input
+
+    def _start_loop(self, block: Block, epoch: int, flow: Expr) -> None:
+        """Soma seeds a loop with its own input: the loop node's value, which the
+        body reads (a pass without ``carry_from`` starts from it again)."""
         node = block.node
         assert isinstance(node, Loop)
-        if node.max_iterations == 0:
-            self.complete(block.index, epoch, input_expr)
+        seed = flow
+        if self.program.follows_graph:
+            preds = self.program.preds_of(node.node_id)
+            available = self.state.latest(preds)
+            if not preds:
+                available[RUN_INPUT] = self.run_input()
+            seed = node_input_expr(preds, available)
+        self.state.set_latest(node.node_id, seed)
+        if node.cap == 0:
+            self.complete(block.index, epoch, seed)
             return
         pass_epoch = self.state.new_epoch(block.index, epoch, 1)
-        self.start(block.children[0], pass_epoch, input_expr)
+        self.start(block.children[0], pass_epoch, seed)
 
     # --- completions -----------------------------------------------------------------
 
@@ -94,7 +139,7 @@ class Engine:
             if isinstance(node, Branch):
                 arm = node.labels().index(result.label or "")
                 self._skip_others(block, arm)
-                self.start(block.children[arm], epoch, self.state.load_input(bid, epoch))
+                self.start(block.children[arm], epoch, result.output)
             elif isinstance(node, Step) and result.handoff is not None:
                 target = [label for label, _ in node.handoffs].index(result.handoff)
                 self._skip_others(block, target)
@@ -117,11 +162,12 @@ class Engine:
         if skipped:
             self.state.settle_nodes(skipped, SKIPPED)
 
-    def complete(self, bid: int, epoch: int, output: Expr) -> None:
+    def complete(self, bid: int, epoch: int, flow: Expr) -> None:
         block = self.program.blocks[bid]
         if block.kind == "Loop":
             self.state.settle_nodes(block.node.own_ids(), DONE)
         if block.parent is None:
+            output = flow if self.program.node_count else NOTHING  # nothing written: null
             if self.state.finish(DONE, output=output):
                 self.dispatcher.run_finished(DONE, output)
             return
@@ -129,73 +175,75 @@ class Engine:
         if parent.kind == "Sequence":
             following = block.position + 1
             if following < len(parent.children):
-                self.start(parent.children[following], epoch, output)
+                self.start(parent.children[following], epoch, flow)
             else:
-                self.complete(parent.index, epoch, output)
+                self.complete(parent.index, epoch, flow)
         elif parent.kind == "Parallel":
-            results = self.state.join(parent.index, epoch, block.position, output)
+            results = self.state.join(parent.index, epoch, block.position, flow)
             if results is not None:
-                names = self.program.branch_names(parent)
-                self.complete(parent.index, epoch, join_branches(results, names))
+                self.complete(parent.index, epoch, self._joined(parent, epoch, results))
         elif parent.kind == "Loop":
-            self._loop_pass_done(parent, epoch, output)
+            self._loop_pass_done(parent, epoch, flow)
         else:  # Remote, a Branch arm, a Step handoff: the parent ends with the child
-            self.complete(parent.index, epoch, output)
+            self.complete(parent.index, epoch, flow)
 
-    def _loop_pass_done(self, loop: Block, pass_epoch: int, body_output: Expr) -> None:
+    def _joined(self, parallel: Block, epoch: int, results: list[Expr]) -> Expr:
+        """A Parallel's flow: the branches' outputs by node id, or with a graph the
+        last value written, taken from the last branch that wrote one (Soma merges
+        branches in order; which of a branch's writes is last is a race there)."""
+        if not self.program.follows_graph:
+            return join_branches(results, self.program.branch_names(parallel))
+        before = self.state.load_input(parallel.index, epoch)
+        return next((r for r in reversed(results) if r != before), before)
+
+    def _loop_pass_done(self, loop: Block, pass_epoch: int, body_flow: Expr) -> None:
+        """Soma's order: advance the carry, then read the condition, then the cap."""
         node = loop.node
         assert isinstance(node, Loop)
         _, outer_epoch, pass_number = self.state.epoch_info(pass_epoch)
+        carried = self._advance_carry(node)
+        flow = body_flow if carried is None else carried
         try:
-            carried = self._carried(node, pass_epoch, pass_number, body_output)
-            capped = node.max_iterations is not None and pass_number >= node.max_iterations
-            stop = capped or self._signals_stop(loop, pass_epoch, pass_number)
+            stop = self._signals_stop(node, pass_number) or pass_number >= node.cap
         except ControlFlowError as exc:
             self.fail(loop, exc, "dispatcher")
             return
         if stop:
-            # An enclosing loop reads some of this loop's nodes in its own pass.
-            self.state.lift(self.program.lifted_out_of(loop), pass_epoch, outer_epoch)
-            self.complete(loop.index, outer_epoch, carried)
+            self.complete(loop.index, outer_epoch, flow)
             return
         next_epoch = self.state.new_epoch(loop.index, outer_epoch, pass_number + 1)
-        self.start(loop.children[0], next_epoch, carried)
+        if not self.program.follows_graph:  # the next pass reads the loop node's value
+            flow = self.state.latest([node.node_id])[node.node_id]
+        self.start(loop.children[0], next_epoch, flow)
 
-    def _carried(self, node: Loop, pass_epoch: int, pass_number: int, body_output: Expr) -> Expr:
-        """What the next pass starts from: ``carry_from``'s output, else the body's."""
+    def _advance_carry(self, node: Loop) -> Expr | None:
+        """The loop node takes ``carry_from``'s latest output, if it has one."""
         if node.carry_from is None:
-            return body_output
-        carried = self.state.node_output(node.carry_from, pass_epoch)
-        if carried is None:
-            raise ControlFlowError(
-                f"loop '{node.node_id}' carries from '{node.carry_from}', "
-                f"which did not run in pass {pass_number}"
-            )
+            return None
+        carried = self.state.latest([node.carry_from]).get(node.carry_from)
+        if carried is not None:
+            self.state.set_latest(node.node_id, carried)
         return carried
 
-    def _signals_stop(self, loop: Block, pass_epoch: int, pass_number: int) -> bool:
-        node = loop.node
-        assert isinstance(node, Loop)
-        if node.until.type == "Exhaust":
+    def _signals_stop(self, node: Loop, pass_number: int) -> bool:
+        """Only ``WhenSignaled`` reads a signal (Exhaust and BodyTerminal run to the cap)."""
+        if node.until.type != "WhenSignaled" or node.until.node is None:
             return False
-        if node.until.type == "WhenSignaled":
-            return self.state.signal(node.until.node or "", pass_epoch) is True
-        # BodyTerminal: the end nodes that ran this pass (one Branch arm's, say) decide.
-        ends = self.program.body_exits[loop.index]
-        verdicts = [self.state.signal(n, pass_epoch) for n in ends]
-        given = [v for v in verdicts if v is not None]
-        if not given:
+        verdict = self.state.latest_signal(node.until.node)
+        if verdict is None:
             raise ControlFlowError(
-                f"loop '{node.node_id}' stops when its body's last node signals, "
-                f"but none of {', '.join(ends)} ran in pass {pass_number}"
+                f"loop '{node.node_id}': condition node '{node.until.node}' produced "
+                f"no output by the end of pass {pass_number}"
             )
-        return all(given)
+        if verdict not in (STOP, "continue"):
+            raise ControlFlowError(verdict)
+        return verdict == STOP
 
     # --- ending early ----------------------------------------------------------------
 
     def fail(self, block: Block, error: BaseException, worker_id: str) -> None:
         """End the run as failed, naming the node, its worker and the traceback."""
-        nodes = block.task_node_ids()
+        nodes = block.task_node_ids() or block.node.own_ids()
         detail = failure_detail(nodes[0] if nodes else f"block {block.index}", worker_id, error)
         if self.state.finish(FAILED, error=detail):
             self.dispatcher.run_finished(FAILED, None)

@@ -122,6 +122,11 @@ class PlanRun:
     def __repr__(self) -> str:
         return f"PlanRun(id={self.id!r})"
 
+    @property
+    def warnings(self) -> list[str]:
+        """What placement and the plan itself warned about (also logged at submit)."""
+        return list(self.distribution.warnings)
+
     # --- following -------------------------------------------------------------------
 
     def status(self) -> RunStatus:
@@ -199,15 +204,17 @@ class PlanRun:
         raise RunCancelledError(f"run {self.id} was cancelled")
 
     def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
-        """One node's latest output (the last pass, for a node inside a loop)."""
-        raw = self._context.redis.hget(self._state.nodes, node_id)
-        if raw is None or json.loads(raw).get("state") != DONE:
-            raise LookupError(f"node '{node_id}' of run {self.id} has no output (yet)")
-        epoch = json.loads(raw).get("epoch", 0)
-        expr = self._state.node_output(node_id, epoch)
+        """One node's latest output (the last pass, for a node inside a loop; a
+        Branch node's is its input, as in Soma)."""
+        expr = self._state.latest([node_id]).get(node_id)
         if expr is None:
-            raise LookupError(f"node '{node_id}' of run {self.id} has no recorded output")
+            raise LookupError(f"node '{node_id}' of run {self.id} has no output (yet)")
         return self._materialize(expr, timeout=timeout)
+
+    def states(self) -> dict[str, Any]:
+        """The states this run's fit learned, node id to value (empty for a forward run)."""
+        refs = reaching_redis(self._context.settings, self._state.fitted_states)
+        return {node_id: self._materialize(expr) for node_id, expr in refs.items()}
 
     def cancel(self) -> bool:
         """Stop the run: nothing new starts, running nodes are revoked. False if it had ended."""

@@ -4,35 +4,48 @@ Plain functions over a :class:`ValueStore` and a catalog, so the Celery
 task (:mod:`somatize_tasks.runtime.tasks`) and the local runner share them.
 The catalog is the allowlist: a node runs only if the worker's catalog
 holds an entry for it, found by :meth:`Program.op_candidates`.
+
+What a node does follows Soma's ``run_node``: in a fit, a trainable Filter
+learns its state from its input and the run's labels (``fit(x, y)``), then
+forwards with it, and the state is kept; in a forward run it uses the state
+the run was given and is never fitted. A node's input is the block's input
+(the plan's shape) or, with a predecessors graph, resolved from its
+predecessors' outputs (:func:`somatize_tasks.runtime.values.node_input_expr`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
-from scheduler import Branch, Step, Stream
-from somatize_tasks.catalog import Catalog, CatalogEntry, call_node
-from somatize_tasks.errors import UnknownNodeError
-from somatize_tasks.runtime.program import Block, Program
-from somatize_tasks.runtime.signals import (
+from scheduler import Branch, Composite, Step, Stream
+from somatize_tasks.catalog import BoundNode, Catalog, CatalogEntry
+from somatize_tasks.errors import MissingStateError, UnknownNodeError
+from somatize_tasks.runtime.control import (
     ControlFlowError,
     Handoff,
-    branch_label,
+    branch_selector,
+    choose_arm,
     handoff_target,
-    loop_should_stop,
+    no_signal_message,
+    read_loop_signal,
 )
+from somatize_tasks.runtime.program import FIT, Block, Program
 from somatize_tasks.runtime.state import LeafResult
-from somatize_tasks.runtime.values import Expr, materialize, ref_expr
+from somatize_tasks.runtime.stream import run_stream
+from somatize_tasks.runtime.values import Expr, materialize, node_input_expr, ref_expr
+
+STATE_PREFIX = "__state_"
 
 
 class ValueStore(Protocol):
     """Where node outputs go: the artifact store, or memory for local runs."""
 
     def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]: ...
+
+    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        """Like ``put_value``, but readable by every worker (a fitted state)."""
+        ...
 
     def get_value(self, ref: dict[str, Any]) -> Any: ...
 
@@ -59,68 +72,175 @@ def run_block(
 ) -> LeafResult:
     """Run the block's nodes on its input; store each output; report the result."""
     started = time.time()
-    value = materialize(input_expr, store.get_value)
+    run = _BlockRun(program, block, run_id, epoch, input_expr, store)
     nodes = block.task_node_ids()
-    entries = [resolve_entry(program, n, catalog, worker_id) for n in nodes]
+    bound = {n: BoundNode(resolve_entry(program, n, catalog, worker_id),
+                          program.params.get(n)) for n in nodes}  # fmt: skip
     result = LeafResult(output={}, worker_id=worker_id, started_at=started)
-    if isinstance(block.node, Stream):
-        outputs = {nodes[-1]: _run_stream(program, nodes, entries, value, block.node.chunk_size)}
-    else:
-        outputs = _run_chain(program, nodes, entries, value)
     node = block.node
+    if isinstance(node, Stream):
+        run.stream(nodes, bound, node.chunk_size)
+    elif not (isinstance(node, Composite) and run.fit_composite(nodes, bound)):
+        for node_id in nodes:
+            run.node(node_id, bound[node_id])
     last = nodes[-1]
-    if isinstance(node, Step) and isinstance(outputs[last], Handoff):
-        handoff = outputs[last]
+    if isinstance(node, Branch):
+        labels = node.labels()
+        result.label = labels[choose_arm(last, branch_selector(last, run.raw[last]), labels)]
+        run.keep(last, run.input_of(last))  # the selector is control: the arm reads the input
+    elif isinstance(run.raw[last], Handoff):
+        handoff = run.raw[last]
+        if not isinstance(node, Step):
+            raise ControlFlowError(f"node '{last}' returned a Handoff but is not a Step")
         result.handoff = handoff_target(last, handoff, [label for label, _ in node.handoffs])
-        outputs[last] = handoff.value if handoff.has_value else value
-    elif isinstance(node, Branch):
-        result.label = branch_label(last, outputs[last], node.labels())
-    for node_id, output in outputs.items():
-        if node_id in program.signal_nodes:
-            result.signals[node_id] = loop_should_stop(node_id, output)
-        result.node_outputs[node_id] = ref_expr(store.put_value(run_id, node_id, epoch, output))
-    # A Branch passes its own input to the chosen arm; everything else passes its output.
-    result.output = result.node_outputs[last]
+        run.keep(last, run.store_value(last, handoff.value) if handoff.has_value
+                 else run.input_of(last))  # fmt: skip
+    result.node_outputs = run.outputs
+    result.states = run.states
+    result.signals = _signals(program, run)
+    result.output = run.outputs[last]
     result.ended_at = time.time()
     return result
 
 
-def _run_chain(
-    program: Program, nodes: list[str], entries: list[CatalogEntry], value: Any
-) -> dict[str, Any]:
-    outputs: dict[str, Any] = {}
-    for node_id, entry in zip(nodes, entries, strict=True):
-        value = call_node(entry, value, program.params.get(node_id))
-        outputs[node_id] = value
-    return outputs
+def _signals(program: Program, run: _BlockRun) -> dict[str, str]:
+    """The loop verdict of each condition node's output: stop, continue, or why neither."""
+    found = {}
+    for node_id, expr in run.outputs.items():
+        loop_id = program.signal_nodes.get(node_id)
+        if loop_id is None:
+            continue
+        value = run.value_of(node_id, expr)
+        found[node_id] = read_loop_signal(value) or no_signal_message(loop_id, node_id, value)
+    return found
 
 
-def _run_stream(
-    program: Program, nodes: list[str], entries: list[CatalogEntry], value: Any, chunk_size: int
-) -> Any:
-    """Each chunk through every node in order; outputs concatenated in input order."""
-    if not isinstance(value, Sequence | bytes) and not hasattr(value, "__len__"):
-        raise ControlFlowError(
-            f"stream '{nodes[0]}' needs a list or array to split into chunks, "
-            f"got {type(value).__name__}"
-        )
-    pieces = []
-    for start in range(0, len(value), chunk_size):
-        chunk = value[start : start + chunk_size]
-        for node_id, entry in zip(nodes, entries, strict=True):
-            chunk = call_node(entry, chunk, program.params.get(node_id))
-        pieces.append(chunk)
-    return _concatenate(nodes[-1], pieces)
+class _BlockRun:
+    """One task's nodes: their inputs, outputs (stored once each) and fitted states."""
 
+    def __init__(
+        self,
+        program: Program,
+        block: Block,
+        run_id: str,
+        epoch: int,
+        input_expr: Expr,
+        store: ValueStore,
+    ) -> None:
+        self.program = program
+        self.run_id, self.epoch = run_id, epoch
+        self.store = store
+        self.input_expr = input_expr
+        self.first = block.task_node_ids()[0]
+        self.raw: dict[str, Any] = {}  # what each node returned, in memory
+        self.outputs: dict[str, Expr] = {}  # each node's output as stored
+        self.states: dict[str, Expr] = {}
+        self._memo: dict[str, Any] = {}
+        self._labels: Any = None
+        self._labels_read = False
 
-def _concatenate(node_id: str, pieces: list[Any]) -> Any:
-    if not pieces:
-        return []
-    if all(isinstance(p, list | tuple) for p in pieces):
-        return [item for piece in pieces for item in piece]
-    if all(isinstance(p, np.ndarray) for p in pieces):
-        return np.concatenate(pieces)
-    raise ControlFlowError(
-        f"stream node '{node_id}' must return a list or array for each chunk, "
-        f"got {type(pieces[0]).__name__}"
-    )
+    # --- inputs ------------------------------------------------------------------------
+
+    def input_of(self, node_id: str) -> Expr:
+        """The node's input as an expression (Soma's ``resolve_input`` with a graph)."""
+        if not self.program.follows_graph:
+            return self.input_expr if node_id == self.first else self.outputs[self._previous]
+        available = dict(self.input_expr.get("graph", {}))
+        available.update(self.outputs)  # what this block produced first wins
+        return node_input_expr(self.program.preds_of(node_id), available)
+
+    def value_of(self, node_id: str, expr: Expr) -> Any:
+        """A stored output's value, from memory when this block produced it."""
+        if node_id in self.raw and self.outputs.get(node_id) is expr:
+            return self.raw[node_id]
+        return materialize(expr, self._fetch)
+
+    def _fetch(self, ref: dict[str, Any]) -> Any:
+        key = f"{ref.get('node_id')}#{ref.get('iteration', 0)}"
+        if key not in self._memo:
+            self._memo[key] = self.store.get_value(ref)
+        return self._memo[key]
+
+    def _input_value(self, node_id: str) -> Any:
+        if not self.program.follows_graph and node_id != self.first:
+            return self.raw[self._previous]
+        return materialize(self.input_of(node_id), self._fetch)
+
+    @property
+    def _previous(self) -> str:
+        return next(reversed(self.raw))
+
+    # --- running -----------------------------------------------------------------------
+
+    def node(self, node_id: str, bound: BoundNode) -> None:
+        x = self._input_value(node_id)
+        if self.program.mode == FIT and bound.trainable:
+            state = bound.fit(x, self.labels())
+            self.keep_state(node_id, state)
+        else:
+            state = self.state_for(node_id, bound)
+        output = bound.forward(x, state)
+        self.raw[node_id] = output
+        if not isinstance(output, Handoff):
+            self.keep(node_id, self.store_value(node_id, output))
+
+    def stream(self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int) -> None:
+        if self.program.mode == FIT:
+            raise ControlFlowError(
+                f"stream '{nodes[0]}' cannot run in a fit (as in Soma): fit the plan "
+                "without the stream first, then run it forward with those states"
+            )
+        chain = [(n, bound[n]) for n in nodes]
+        output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.state_for)
+        self.raw[nodes[-1]] = output
+        self.keep(nodes[-1], self.store_value(nodes[-1], output))
+
+    def fit_composite(self, nodes: list[str], bound: dict[str, BoundNode]) -> bool:
+        """Fit the block at once through its first filter's ``composite_fit``, as Soma
+        does in a fit; False when it does not offer to (the nodes then run one by one)."""
+        first = bound[nodes[0]]
+        if self.program.mode != FIT or not first.entry.can_fit_composite:
+            return False
+        peers = [(n, bound[n].instance) for n in nodes]
+        fitted = first.instance.composite_fit(peers, self._input_value(nodes[0]), self.labels())
+        if fitted is None:
+            return False
+        output, states = fitted
+        for node_id, state in dict(states).items():
+            self.keep_state(node_id, state)
+        self.raw[nodes[-1]] = output
+        self.keep(nodes[-1], self.store_value(nodes[-1], output))
+        return True
+
+    # --- values and states -------------------------------------------------------------
+
+    def store_value(self, node_id: str, value: Any) -> Expr:
+        return ref_expr(self.store.put_value(self.run_id, node_id, self.epoch, value))
+
+    def keep(self, node_id: str, expr: Expr) -> None:
+        self.outputs[node_id] = expr
+
+    def keep_state(self, node_id: str, state: Any) -> None:
+        ref = self.store.put_shared(self.run_id, STATE_PREFIX + node_id, self.epoch, state)
+        self.states[node_id] = ref_expr(ref)
+
+    def labels(self) -> Any:
+        if not self._labels_read:
+            labels = self.program.labels
+            self._labels = None if labels is None else materialize(labels, self._fetch)
+            self._labels_read = True
+        return self._labels
+
+    def state_for(self, node_id: str, bound: BoundNode) -> Any:
+        """The state a forward uses: the run's, or None for what learns nothing."""
+        expr = self.program.states.get(node_id)
+        if expr is not None:
+            return materialize(expr, self._fetch)
+        if bound.trainable and self.program.mode != FIT:
+            raise MissingStateError(
+                f"node '{node_id}' is a trainable filter ({bound.entry.qualname}) and this "
+                "forward run has no state for it: fit the plan first (mode='fit', CLI "
+                "--mode fit) and run forward with its states (states_from=RUN_ID or a "
+                "states file; CLI --states-from)"
+            )
+        return None

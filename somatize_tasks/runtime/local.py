@@ -11,17 +11,18 @@ import io
 import itertools
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler import ExecutionPlan, load_plan
+from scheduler import ExecutionPlan, PlanDocument, load_plan_document, plan_warnings
 from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.codecs import codec_for, codec_named
 from somatize_tasks.runtime.engine import Engine
-from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.leaf import STATE_PREFIX, run_block
+from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.program import Block, compile_program
 from somatize_tasks.runtime.state import DONE, MemoryRunState
-from somatize_tasks.runtime.values import Expr, materialize, value_expr
+from somatize_tasks.runtime.values import Expr, materialize, ref_expr, value_expr
 
 LOCAL_WORKER = "local"
 
@@ -46,6 +47,9 @@ class MemoryValueStore:
         self._values[key] = (codec.name, buffer.getvalue())
         return {"run_id": run_id, "node_id": node_id, "iteration": epoch, "memory_key": key}
 
+    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        return self.put_value(run_id, node_id, epoch, value)
+
     def get_value(self, ref: dict[str, Any]) -> Any:
         codec_name, raw = self._values[ref["memory_key"]]
         return codec_named(codec_name).read(io.BytesIO(raw))
@@ -66,30 +70,49 @@ class _WorkList:
 
 @dataclass
 class LocalRunResult:
-    """How a local run ended: its status, output value and per-node states."""
+    """How a local run ended: its status, output value, per-node statuses, the
+    states a fit learned (by node) and the plan's warnings."""
 
     status: str
     output: Any
     error: dict[str, Any] | None
     nodes: dict[str, dict[str, Any]]
+    states: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def run_local(
-    plan: ExecutionPlan | Any,
+    plan: ExecutionPlan | PlanDocument | Any,
     *,
     input: Any = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
     ops: Mapping[str, str] | None = None,
     catalog: Catalog | None = None,
     run_id: str = "local",
+    predecessors: Mapping[str, list[str]] | None = None,
+    mode: str | None = None,
+    y: Any = None,
+    states: Mapping[str, Any] | None = None,
 ) -> LocalRunResult:
-    """Run ``plan`` to the end in this process, with the same semantics as on workers."""
-    program = compile_program(load_plan(plan), params=params, ops=ops, local_worker=LOCAL_WORKER)
-    state = MemoryRunState()
+    """Run ``plan`` to the end in this process, with the same semantics as on workers.
+
+    ``mode`` is ``"fit"`` (with labels ``y``) or ``"forward"`` (with ``states``,
+    node id to state); by default a run with states forwards and one without fits.
+    """
+    document = load_plan_document(plan, predecessors)
     store = MemoryValueStore()
+    chosen = run_mode(document.plan, mode, states is not None, y is not None)
+    program = compile_program(
+        document.plan, params=params, ops=ops, local_worker=LOCAL_WORKER,
+        predecessors=document.predecessors, mode=chosen,
+        labels=None if y is None else _put(store, run_id, "__labels__", y),
+        states={n: _put(store, run_id, STATE_PREFIX + n, v) for n, v in (states or {}).items()},
+    )  # fmt: skip
+    input_expr = value_expr(input)
+    state = MemoryRunState(input_expr)
     work = _WorkList()
     engine = Engine(program, state, work)
-    engine.start(0, 0, value_expr(input))
+    engine.begin(input_expr)
     while work.pending and state.is_active():
         block, epoch, input_expr = work.pending.popleft()
         state.mark_nodes(block.task_node_ids(), "running", LOCAL_WORKER, epoch)
@@ -107,4 +130,11 @@ def run_local(
     output = None
     if state.status == DONE and state.output is not None:
         output = materialize(state.output, store.get_value)
-    return LocalRunResult(state.status, output, state.error, state.nodes)
+    learned = {n: materialize(e, store.get_value) for n, e in state.states.items()}
+    return LocalRunResult(
+        state.status, output, state.error, state.nodes, learned, plan_warnings(document.plan)
+    )
+
+
+def _put(store: MemoryValueStore, run_id: str, node_id: str, value: Any) -> Expr:
+    return ref_expr(store.put_value(run_id, node_id, 0, value))

@@ -31,9 +31,10 @@ from scheduler import (
     RemoteTarget,
     Step,
     Stream,
-    exit_nodes,
 )
+from somatize_tasks.runtime.values import Expr
 
+FIT, FORWARD = "fit", "forward"
 TASK_KINDS = frozenset({"Execute", "Composite", "Stream", "Branch", "Step"})
 _SOMA_NUMBER = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 
@@ -66,25 +67,39 @@ class Block:
 
 @dataclass
 class Program:
-    """A run's compiled plan: blocks, where each node runs and what it calls."""
+    """A run's compiled plan: blocks, where each node runs and what it calls.
+
+    ``predecessors`` is the run's data graph (None: data follows the plan's
+    shape); ``mode`` is ``"fit"`` or ``"forward"``; ``labels`` the fit's
+    ``y`` and ``states`` the states a forward run uses, both as value
+    expressions.
+    """
 
     plan: ExecutionPlan
     blocks: list[Block]
     worker_of: dict[str, str]
     params: dict[str, dict[str, Any]]
     ops: dict[str, str]
-    signal_nodes: frozenset[str]
+    #: Loop condition nodes (``WhenSignaled``), each with the loop that reads it.
+    signal_nodes: dict[str, str]
     node_count: int
     version: int = 0
     block_by_node: dict[str, Block] = field(default_factory=dict)
-    #: For each Loop block, the nodes its body's output comes from (its default signal).
-    body_exits: dict[int, list[str]] = field(default_factory=dict)
     #: Per-node ``(soft, hard)`` time limits in seconds, fixed by the submitter.
     time_limits_s: tuple[float | None, float | None] = (None, None)
+    predecessors: dict[str, list[str]] | None = None
+    mode: str = FIT
+    labels: Expr | None = None
+    states: dict[str, Expr] = field(default_factory=dict)
+    _reads: dict[int, tuple[list[str], bool]] = field(default_factory=dict, repr=False)
 
     @property
     def root(self) -> Block:
         return self.blocks[0]
+
+    @property
+    def follows_graph(self) -> bool:
+        return self.predecessors is not None
 
     def block_of(self, node_id: str) -> Block | None:
         """The task block that runs ``node_id`` (None for a Loop controller)."""
@@ -98,29 +113,31 @@ class Program:
             for i, child in enumerate(parallel.children)
         ]
 
-    def lifted_out_of(self, loop: Block) -> list[str]:
-        """Nodes of ``loop`` that an enclosing loop reads (its ``carry_from``,
-        its signal): their last pass's output and signal count in the outer pass."""
-        inside = set(loop.node.iter_node_ids())
-        wanted: list[str] = []
-        current = loop.parent
-        while current is not None:
-            outer = self.blocks[current]
-            if isinstance(outer.node, Loop):
-                wanted += [n for n in self.loop_reads(outer) if n in inside]
-            current = outer.parent
-        return wanted
+    def preds_of(self, node_id: str) -> list[str]:
+        return (self.predecessors or {}).get(node_id, [])
 
-    def loop_reads(self, loop: Block) -> list[str]:
-        """The nodes whose output or signal a loop reads at the end of a pass."""
-        node = loop.node
-        assert isinstance(node, Loop)
-        reads = [node.carry_from] if node.carry_from else []
-        if node.until.type == "WhenSignaled" and node.until.node:
-            reads.append(node.until.node)
-        elif node.until.type == "BodyTerminal":
-            reads += self.body_exits[loop.index]
-        return reads
+    def reads_of(self, block: Block) -> tuple[list[str], bool]:
+        """What a task block reads from outside itself, by the graph: the
+        predecessors its nodes read that it has not produced by then, and
+        whether one of its nodes reads the run's input (it has none).
+
+        A Stream reads only through its first node: the rest is a chain.
+        """
+        found = self._reads.get(block.index)
+        if found is not None:
+            return found
+        nodes = block.task_node_ids()
+        readers = nodes[:1] if isinstance(block.node, Stream) else nodes
+        outside: dict[str, None] = {}
+        produced: set[str] = set()
+        wants_input = False
+        for node_id in readers:
+            preds = self.preds_of(node_id)
+            wants_input = wants_input or not preds
+            outside.update((p, None) for p in preds if p not in produced)
+            produced.add(node_id)
+        found = self._reads[block.index] = (list(outside), wants_input)
+        return found
 
     def target_of(self, block: Block) -> RemoteTarget | None:
         """The nearest enclosing ``Remote`` target: what a re-placement must honour."""
@@ -154,6 +171,10 @@ def compile_program(
     local_worker: str = "local",
     version: int = 0,
     time_limits_s: tuple[float | None, float | None] = (None, None),
+    predecessors: Mapping[str, list[str]] | None = None,
+    mode: str = FIT,
+    labels: Expr | None = None,
+    states: Mapping[str, Expr] | None = None,
 ) -> Program:
     """Flatten ``plan`` into blocks; without a distribution, every node is local."""
     worker_of = distribution.worker_of() if distribution is not None else {}
@@ -171,21 +192,21 @@ def compile_program(
         children = node.children()
         stack.extend((child, block.index, i) for i, child in reversed(list(enumerate(children))))
     _order_children(blocks)
-    body_exits = {
-        b.index: exit_nodes(b.node.body) for b in blocks if isinstance(b.node, Loop)
-    }
     return Program(
         plan=plan,
         blocks=blocks,
         worker_of=worker_of,
         params={k: dict(v) for k, v in (params or {}).items()},
         ops=dict(ops or {}),
-        signal_nodes=_signal_nodes(blocks, body_exits),
+        signal_nodes=_signal_nodes(blocks),
         node_count=len(plan.node_ids()),
         version=version,
         block_by_node={n: b for b in blocks for n in b.task_node_ids()},
-        body_exits=body_exits,
         time_limits_s=time_limits_s,
+        predecessors=None if predecessors is None else dict(predecessors),
+        mode=mode,
+        labels=labels,
+        states=dict(states or {}),
     )
 
 
@@ -196,14 +217,11 @@ def _order_children(blocks: list[Block]) -> None:
             block.children.sort(key=lambda i: blocks[i].position)
 
 
-def _signal_nodes(blocks: list[Block], body_exits: dict[int, list[str]]) -> frozenset[str]:
-    """Nodes whose output a Loop reads as its stop signal."""
-    found: set[str] = set()
+def _signal_nodes(blocks: list[Block]) -> dict[str, str]:
+    """Nodes whose output a Loop reads as its stop signal, with that loop's id."""
+    found: dict[str, str] = {}
     for block in blocks:
         node = block.node
-        if isinstance(node, Loop):
-            if node.until.type == "WhenSignaled" and node.until.node is not None:
-                found.add(node.until.node)
-            elif node.until.type == "BodyTerminal":
-                found.update(body_exits[block.index])
-    return frozenset(found)
+        if isinstance(node, Loop) and node.until.type == "WhenSignaled" and node.until.node:
+            found.setdefault(node.until.node, node.node_id)
+    return found

@@ -404,8 +404,9 @@ def _replace_refs(expr: Expr, new_refs: dict[tuple[str, int], Expr]) -> Expr:
     if "ref" in expr:
         key = (expr["ref"]["node_id"], expr["ref"].get("iteration", 0))
         return new_refs.get(key, expr)
-    if "map" in expr:
-        return {"map": {k: _replace_refs(v, new_refs) for k, v in expr["map"].items()}}
+    for kind in ("map", "graph"):
+        if kind in expr:
+            return {kind: {k: _replace_refs(v, new_refs) for k, v in expr[kind].items()}}
     return expr
 
 

@@ -19,8 +19,8 @@ from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult
 from somatize_tasks.runtime.values import Expr
 
-# KEYS: meta, results, nodes, done. ARGV: leaf field, leaf json, n, n x (field, value),
-# m, m x (node id, state json).
+# KEYS: meta, results, nodes, done, states. ARGV: leaf field, leaf json, n, n x (field,
+# value) into results, m, m x (node id, state json), k, k x (node id, state ref json).
 _RECORD_LEAF = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
@@ -32,6 +32,11 @@ local m = tonumber(ARGV[i]); i = i + 1
 for _ = 1, m do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i]); i = i + 2
 end
+local k = tonumber(ARGV[i]); i = i + 1
+for _ = 1, k do
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2
+end
+if k > 0 then redis.call('EXPIRE', KEYS[5], tonumber(ARGV[i])) end
 return 1
 """
 
@@ -103,6 +108,24 @@ return tonumber(redis.call('HGET', KEYS[4], 'version') or '0')
 """
 
 
+# KEYS: results. ARGV: epoch, then (node id, expr json) pairs. A recomputed output
+# replaces a node's latest value only where that still is the lost one (same node and
+# pass), never a newer pass's.
+_REPLACE_LATEST = """
+for i = 2, #ARGV, 2 do
+  local field = 'l:' .. ARGV[i]
+  local current = redis.call('HGET', KEYS[1], field)
+  if current then
+    local ref = cjson.decode(current)['ref']
+    if ref and ref['node_id'] == ARGV[i] and tostring(ref['iteration'] or 0) == ARGV[1] then
+      redis.call('HSET', KEYS[1], field, ARGV[i + 1])
+    end
+  end
+end
+return 1
+"""
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -120,6 +143,7 @@ class RedisRunState:
         self.done = keys.run(run_id, "done")
         self.finished = keys.run(run_id, "finished")
         self.transfers = keys.run(run_id, "transfers")
+        self.states = keys.run(run_id, "states")
         self.active_runs = keys.active_runs
         self._record = client.register_script(_RECORD_LEAF)
         self._join = client.register_script(_JOIN)
@@ -127,9 +151,13 @@ class RedisRunState:
         self._finish = client.register_script(_FINISH)
         self._mark_running = client.register_script(_MARK_RUNNING)
         self._transfer_arrived = client.register_script(_TRANSFER_ARRIVED)
+        self._replace_latest = client.register_script(_REPLACE_LATEST)
 
     def all_keys(self) -> list[str]:
-        return [self.meta, self.results, self.nodes, self.done, self.finished, self.transfers]
+        return [
+            self.meta, self.results, self.nodes, self.done, self.finished, self.transfers,
+            self.states,
+        ]  # fmt: skip
 
     # --- RunState --------------------------------------------------------------------
 
@@ -138,11 +166,12 @@ class RedisRunState:
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
         args: list[Any] = [f"b:{bid}:{epoch}", _dumps(result.to_json())]
-        args.append(len(result.node_outputs) + len(result.signals))
+        args.append(2 * len(result.node_outputs) + len(result.signals))
         for node_id, expr in result.node_outputs.items():
-            args += [f"n:{node_id}:{epoch}", _dumps(expr)]
-        for node_id, stop in result.signals.items():
-            args += [f"s:{node_id}:{epoch}", "1" if stop else "0"]
+            text = _dumps(expr)
+            args += [f"n:{node_id}:{epoch}", text, f"l:{node_id}", text]
+        for node_id, verdict in result.signals.items():
+            args += [f"s:{node_id}", verdict]
         args.append(len(nodes))
         status = {
             "state": "done", "worker": result.worker_id, "epoch": epoch,
@@ -150,16 +179,40 @@ class RedisRunState:
         }  # fmt: skip
         for node_id in nodes:
             args += [node_id, _dumps(status)]
-        keys = [self.meta, self.results, self.nodes, self.done]
+        args.append(len(result.states))
+        for node_id, expr in result.states.items():
+            args += [node_id, _dumps(expr)]
+        args.append(self.ttl_s)
+        keys = [self.meta, self.results, self.nodes, self.done, self.states]
         return bool(self._record(keys=keys, args=args))
 
     def node_output(self, node_id: str, epoch: int) -> Expr | None:
         raw = self.client.hget(self.results, f"n:{node_id}:{epoch}")
         return None if raw is None else dict(json.loads(raw))
 
-    def signal(self, node_id: str, epoch: int) -> bool | None:
-        raw = self.client.hget(self.results, f"s:{node_id}:{epoch}")
-        return None if raw is None else raw == b"1"
+    def latest(self, node_ids: list[str]) -> dict[str, Expr]:
+        if not node_ids:
+            return {}
+        raw = self.client.hmget(self.results, [f"l:{n}" for n in node_ids])
+        return {n: dict(json.loads(v)) for n, v in zip(node_ids, raw, strict=True) if v}
+
+    def set_latest(self, node_id: str, expr: Expr) -> None:
+        self.client.hset(self.results, f"l:{node_id}", _dumps(expr))
+
+    def latest_signal(self, node_id: str) -> str | None:
+        raw = self.client.hget(self.results, f"s:{node_id}")
+        return None if raw is None else raw.decode()
+
+    def run_input(self) -> Expr:
+        raw = self.client.hget(self.meta, "input")
+        if raw is None:
+            raise LookupError(f"run {self.run_id}: its input is no longer in Redis")
+        return dict(json.loads(raw))
+
+    def fitted_states(self) -> dict[str, Expr]:
+        """The states this run's fit learned, by node (refs into the store)."""
+        raw = self.client.hgetall(self.states)
+        return {k.decode(): dict(json.loads(v)) for k, v in raw.items()}
 
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
         self.client.hset(self.results, f"i:{bid}:{epoch}", _dumps(expr))
@@ -210,19 +263,6 @@ class RedisRunState:
 
     def set_status(self, nodes: list[str], status: dict[str, Any]) -> None:
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
-
-    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
-        if not nodes:
-            return
-        fields = [f"{kind}:{n}:{from_epoch}" for n in nodes for kind in ("n", "s")]
-        values = self.client.hmget(self.results, fields)
-        lifted: dict[str | bytes, bytes | float | int | str] = {
-            field.rsplit(":", 1)[0] + f":{to_epoch}": value
-            for field, value in zip(fields, values, strict=True)
-            if value is not None
-        }
-        if lifted:
-            self.client.hset(self.results, mapping=lifted)
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
@@ -279,6 +319,7 @@ class RedisRunState:
             self.nodes,
             self.done,
             self.transfers,
+            self.states,
         ]
         return bool(self._finish(keys=keys, args=args))
 
@@ -330,6 +371,9 @@ class RedisRunState:
         pipe.hget(self.results, f"rw:{bid}:{epoch}")
         pipe.hdel(self.results, f"rw:{bid}:{epoch}")
         waiting = json.loads(pipe.execute()[-2] or b"[]")
+        pairs = [x for node_id, expr in outputs.items() for x in (node_id, _dumps(expr))]
+        if pairs:
+            self._replace_latest(keys=[self.results], args=[str(epoch), *pairs])
         return [(int(b), int(e)) for b, e in waiting]
 
     def recompute_arrived(self, bid: int, epoch: int) -> bool:

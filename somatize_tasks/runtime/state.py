@@ -9,6 +9,11 @@ only, so both kinds of run compute the same thing.
 
 Keys used below: ``bid`` is a block index of the compiled program,
 ``epoch`` numbers one pass of a loop body (0 outside any loop).
+
+Besides each node's output per pass, a run keeps every node's *latest*
+output and loop signal, as Soma's executor keeps one value per node in its
+context: a loop's carry and its ``WhenSignaled`` condition, and every input
+of a run that follows a predecessors graph, read the latest value.
 """
 
 from __future__ import annotations
@@ -29,14 +34,17 @@ class LeafResult:
     """What a task reports when its block's nodes have run.
 
     ``output`` is the block's output; ``node_outputs`` every node's own
-    output (a Composite has several); ``signals`` the stop/continue verdict
-    of loop signal nodes; ``label`` a Branch condition's choice; ``handoff``
-    a Step's chosen handoff (``output`` is then what the handoff receives).
+    output (a Composite has several; a Branch node's is its input, as in
+    Soma); ``signals`` the verdict of loop condition nodes (``"stop"``,
+    ``"continue"``, or why there is none); ``states`` the states a fit
+    learned; ``label`` a Branch's chosen arm; ``handoff`` a Step's chosen
+    handoff (``output`` is then what the handoff receives).
     """
 
     output: Expr
     node_outputs: dict[str, Expr] = field(default_factory=dict)
-    signals: dict[str, bool] = field(default_factory=dict)
+    signals: dict[str, str] = field(default_factory=dict)
+    states: dict[str, Expr] = field(default_factory=dict)
     label: str | None = None
     handoff: str | None = None
     worker_id: str = "local"
@@ -48,6 +56,7 @@ class LeafResult:
             "output": self.output,
             "node_outputs": self.node_outputs,
             "signals": self.signals,
+            "states": self.states,
             "label": self.label,
             "handoff": self.handoff,
             "worker_id": self.worker_id,
@@ -75,7 +84,19 @@ class RunState(Protocol):
 
     def node_output(self, node_id: str, epoch: int) -> Expr | None: ...
 
-    def signal(self, node_id: str, epoch: int) -> bool | None: ...
+    def latest(self, node_ids: list[str]) -> dict[str, Expr]:
+        """The latest output of each of these nodes that has produced one."""
+        ...
+
+    def set_latest(self, node_id: str, expr: Expr) -> None:
+        """A control node's value: a Loop's carry (its input, then ``carry_from``'s)."""
+        ...
+
+    def latest_signal(self, node_id: str) -> str | None:
+        """The verdict of the node's latest output as a loop signal, None if it has none."""
+        ...
+
+    def run_input(self) -> Expr: ...
 
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None: ...
 
@@ -101,11 +122,6 @@ class RunState(Protocol):
         """End the run once; False if it had already ended."""
         ...
 
-    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
-        """Copy these nodes' outputs and signals from a loop's last pass to the
-        pass around it, where an enclosing loop looks for them."""
-        ...
-
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         """Nodes that ran no task of their own end in ``state``: a loop controller
         is ``done`` when its loop is, the arms a Branch did not take are ``skipped``."""
@@ -115,13 +131,16 @@ class RunState(Protocol):
 class MemoryRunState:
     """:class:`RunState` in a process's memory, for local runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, input_expr: Expr) -> None:
         self.status = RUNNING
+        self.input = input_expr
         self.output: Expr | None = None
         self.error: dict[str, Any] | None = None
         self.leaves: dict[tuple[int, int], LeafResult] = {}
         self.outputs: dict[tuple[str, int], Expr] = {}
-        self.signals: dict[tuple[str, int], bool] = {}
+        self.latest_outputs: dict[str, Expr] = {}
+        self.signals: dict[str, str] = {}
+        self.states: dict[str, Expr] = {}
         self.inputs: dict[tuple[int, int], Expr] = {}
         self.joins: dict[tuple[int, int], list[Expr | None]] = {}
         self.epochs: dict[int, tuple[int, int, int]] = {}
@@ -136,8 +155,9 @@ class MemoryRunState:
         self.leaves[bid, epoch] = result
         for node_id, expr in result.node_outputs.items():
             self.outputs[node_id, epoch] = expr
-        for node_id, stop in result.signals.items():
-            self.signals[node_id, epoch] = stop
+            self.latest_outputs[node_id] = expr
+        self.signals.update(result.signals)
+        self.states.update(result.states)
         for node_id in nodes:
             self.nodes[node_id] = {
                 "state": DONE, "worker": result.worker_id, "epoch": epoch,
@@ -148,8 +168,18 @@ class MemoryRunState:
     def node_output(self, node_id: str, epoch: int) -> Expr | None:
         return self.outputs.get((node_id, epoch))
 
-    def signal(self, node_id: str, epoch: int) -> bool | None:
-        return self.signals.get((node_id, epoch))
+    def latest(self, node_ids: list[str]) -> dict[str, Expr]:
+        found = self.latest_outputs
+        return {n: found[n] for n in node_ids if n in found}
+
+    def set_latest(self, node_id: str, expr: Expr) -> None:
+        self.latest_outputs[node_id] = expr
+
+    def latest_signal(self, node_id: str) -> str | None:
+        return self.signals.get(node_id)
+
+    def run_input(self) -> Expr:
+        return self.input
 
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
         self.inputs[bid, epoch] = expr
@@ -183,13 +213,6 @@ class MemoryRunState:
             entry = self.nodes.setdefault(node_id, {})
             entry.update(state=state, worker=worker_id, epoch=epoch)
             entry.setdefault("started_at", now) if state == RUNNING else None
-
-    def lift(self, nodes: list[str], from_epoch: int, to_epoch: int) -> None:
-        for node_id in nodes:
-            if (node_id, from_epoch) in self.outputs:
-                self.outputs[node_id, to_epoch] = self.outputs[node_id, from_epoch]
-            if (node_id, from_epoch) in self.signals:
-                self.signals[node_id, to_epoch] = self.signals[node_id, from_epoch]
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         for node_id in nodes:

@@ -3,7 +3,8 @@
 ``submit_plan`` reads the live workers, schedules the plan, records the run
 in Redis, publishes the blocks that can start and returns a
 :class:`PlanRun` at once. With no live worker it runs the plan here, in
-this process, with a warning (unless ``require_workers=True``).
+this process, with a warning (unless ``require_workers=True``). A plan with
+no nodes at all (``"Empty"``) needs no worker: it ends at once with null.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from scheduler import (
     DistributionPlan,
     ExecutionPlan,
     PlacementError,
+    PlanDocument,
     WorkerInfo,
     load_plan,
+    load_plan_document,
+    plan_warnings,
     schedule,
     schedule_study,
 )
@@ -40,9 +46,12 @@ from somatize_tasks.runtime.handle import (
     Progress,
     RunStatus,
 )
+from somatize_tasks.runtime.leaf import STATE_PREFIX
 from somatize_tasks.runtime.local import LocalRunResult, run_local
+from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.state import DONE, FAILED
+from somatize_tasks.runtime.states import StatesError, looks_like_file, read_bundle
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part
@@ -51,6 +60,7 @@ log = logging.getLogger(__name__)
 INPUT_NODE = "input"
 
 Params = Mapping[str, Mapping[str, Any]]
+StatesFrom = str | Path | Mapping[str, Any]
 
 
 class NoWorkersError(SomatizeError):
@@ -71,8 +81,26 @@ class PlanInputError(SomatizeError, ValueError):
     """``params`` or ``ops`` name a node the plan does not have."""
 
 
+@dataclass
+class RunRequest:
+    """Everything a run is asked to do besides where: its data, mode and states."""
+
+    document: PlanDocument
+    input: Any = None
+    params: Params | None = None
+    ops: Mapping[str, str] | None = None
+    mode: str = "fit"
+    y: Any = None
+    states: dict[str, Any] = field(default_factory=dict)  # values to store for the run
+    state_refs: dict[str, Expr] = field(default_factory=dict)  # already in the store
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self.document.plan
+
+
 def submit_plan(
-    plan: ExecutionPlan | str | bytes | Mapping[str, Any] | Any,
+    plan: ExecutionPlan | PlanDocument | str | bytes | Mapping[str, Any] | Any,
     *,
     input: Any = None,
     params: Params | None = None,
@@ -81,25 +109,74 @@ def submit_plan(
     settings: Settings | None = None,
     require_workers: bool = False,
     catalog: Catalog | None = None,
+    predecessors: Mapping[str, list[str]] | None = None,
+    mode: str | None = None,
+    y: Any = None,
+    states_from: StatesFrom | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
-    ``params`` maps node ids to keyword parameters, ``ops`` node ids to
-    catalog names. ``catalog`` is used only when the plan runs locally.
+    ``plan`` may be a bare plan or ``{"plan": ..., "predecessors": ...}``
+    (``predecessors`` here overrides the document's). ``params`` maps node
+    ids to keyword parameters, ``ops`` node ids to catalog names. ``mode``
+    is ``"fit"`` (trainable Filters learn from ``input`` and labels ``y``;
+    the run keeps their states) or ``"forward"`` (they use the states of
+    ``states_from``: a fit run's id, a states file, or a dict of node id to
+    state). ``catalog`` is used only when the plan runs locally.
     """
-    execution_plan = load_plan(plan)
-    _check_node_names(execution_plan, params, ops)
+    document = load_plan_document(plan, predecessors)
+    _check_node_names(document.plan, params, ops)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
+    request = RunRequest(document, input, params, ops)
+    _read_states(context, request, states_from)
+    has_states = states_from is not None
+    request.mode = run_mode(document.plan, mode, has_states, y is not None)
+    request.y = y
+    if not document.plan.node_ids():
+        return _run_here(request, _nothing_to_place(document.plan), False, catalog, context)
     registry = Registry.from_settings(settings, context.redis)
     workers = reaching_redis(settings, registry.live)
     distribution = _place(
-        lambda usable: schedule(execution_plan, usable, differentiable_nodes),
+        lambda usable: schedule(
+            document.plan, usable, differentiable_nodes, predecessors=document.predecessors
+        ),
         [w.info for w in workers],
     )
     if distribution.is_local:
-        return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
-    return _start(context, execution_plan, distribution, input, params, ops)
+        return _run_here(request, distribution, require_workers, catalog, context)
+    return _start(context, request, distribution)
+
+
+def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
+    return DistributionPlan(assignments=[], phases=[], data_transfers=[],
+                            warnings=plan_warnings(plan))  # fmt: skip
+
+
+def _read_states(context: RunContext, request: RunRequest, states_from: StatesFrom | None) -> None:
+    """Find the states a forward run uses: another run's (refs) or values to store."""
+    if states_from is None:
+        return
+    if isinstance(states_from, Mapping):
+        request.states = dict(states_from)
+    elif isinstance(states_from, Path) or looks_like_file(states_from):
+        request.states = read_bundle(states_from)
+    else:
+        request.state_refs = _states_of_run(context, key_part("states_from run id", states_from))
+
+
+def _states_of_run(context: RunContext, run_id: str) -> dict[str, Expr]:
+    state = context.state(run_id)
+    refs = reaching_redis(context.settings, state.fitted_states)
+    if refs:
+        return refs
+    if reaching_redis(context.settings, state.status) is None:
+        raise StatesError(
+            f"states_from: run {run_id} is not in Redis (a wrong id, or it expired after "
+            f"{context.settings.run_ttl_s} s); export a fit run's states while it is kept "
+            "(somatize-tasks states export RUN_ID) and pass the file"
+        )
+    raise StatesError(f"states_from: run {run_id} kept no states (was it a fit run?)")
 
 
 def submit_study(
@@ -132,7 +209,8 @@ def submit_study(
     runs = []
     for index, trial in enumerate(trials):
         distribution = _trial_slice(study, index)
-        runs.append(_start(context, execution_plan, distribution, input, trial, ops))
+        request = RunRequest(PlanDocument(execution_plan), input, trial, ops)
+        runs.append(_start(context, request, distribution))
     return StudyRun(runs, study)
 
 
@@ -214,28 +292,29 @@ def _check_node_names(
             )
 
 
-def _store_input(context: RunContext, run_id: str, value: Any) -> Expr:
-    """The run input as an expression: inline if small, else in the shared store."""
-    ref = context.store.put(run_id, INPUT_NODE, 0, value)
+def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = INPUT_NODE) -> Expr:
+    """A run's value as an expression: inline if small, else in the shared store."""
+    ref = context.store.put(run_id, node_id, 0, value)
     if ref.inline is None:
         context.store.upload(ref)
     return ref_expr(ref.model_dump(mode="json"))
 
 
-def _start(
-    context: RunContext,
-    plan: ExecutionPlan,
-    distribution: DistributionPlan,
-    input: Any,
-    params: Params | None,
-    ops: Mapping[str, str] | None,
-) -> PlanRun:
+def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
     run_id = uuid.uuid4().hex[:16]
+    plan, predecessors = request.plan, request.document.predecessors
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
-    program = compile_program(plan, distribution, params=params, ops=ops, time_limits_s=limits)
+    labels = None if request.y is None else _store_input(context, run_id, request.y, "__labels__")
+    states = dict(request.state_refs)
+    states.update({node_id: _store_input(context, run_id, value, STATE_PREFIX + node_id)
+                   for node_id, value in request.states.items()})  # fmt: skip
+    program = compile_program(
+        plan, distribution, params=request.params, ops=request.ops, time_limits_s=limits,
+        predecessors=predecessors, mode=request.mode, labels=labels, states=states,
+    )  # fmt: skip
     context.remember(run_id, program)
     state = context.state(run_id)
-    input_expr = _store_input(context, run_id, input)
+    input_expr = _store_input(context, run_id, request.input)
     meta: dict[str | bytes, bytes | float | int | str] = {
         "status": "running",
         "plan": plan.model_dump_json(),
@@ -248,7 +327,13 @@ def _start(
         "created_at": time.time(),
         "version": 0,
         "time_limits": json.dumps(limits),
+        "mode": request.mode,
+        "states": json.dumps(states),
     }
+    if predecessors is not None:
+        meta["predecessors"] = json.dumps(predecessors)
+    if labels is not None:
+        meta["labels"] = json.dumps(labels)
     pipe = context.redis.pipeline()
     pipe.hset(state.meta, mapping=meta)
     pipe.expire(state.meta, context.settings.run_ttl_s)
@@ -258,25 +343,30 @@ def _start(
     for warning in distribution.warnings:
         log.warning("run %s: %s", run_id, warning)
     engine = Engine(program, state, CeleryDispatcher(context, run_id, program, state))
-    engine.start(0, 0, input_expr)
+    engine.begin(input_expr)
     return PlanRun(run_id, context, distribution)
 
 
 def _run_here(
-    plan: ExecutionPlan,
+    request: RunRequest,
     distribution: DistributionPlan,
-    input: Any,
-    params: Params | None,
-    ops: Mapping[str, str] | None,
     require_workers: bool,
     catalog: Catalog | None,
+    context: RunContext,
 ) -> PlanRun:
-    reason = "; ".join(distribution.warnings) or "no live workers"
-    if require_workers:  # refusing: the scheduler's "will execute locally" would be untrue
-        raise NoWorkersError(reason.replace(" — will execute locally", ""))
-    warnings.warn(f"{reason}: running the plan in this process", RuntimeWarning, stacklevel=3)
-    result = run_local(plan, input=input, params=params, ops=ops, catalog=catalog)
-    return LocalPlanRun(result, distribution, len(plan.node_ids()))
+    if request.plan.node_ids():
+        reason = "; ".join(w for w in distribution.warnings) or "no live workers"
+        if require_workers:  # refusing: the scheduler's "will execute locally" would be untrue
+            raise NoWorkersError(reason.replace(" — will execute locally", ""))
+        warnings.warn(f"{reason}: running the plan in this process", RuntimeWarning, stacklevel=3)
+    states = dict(request.states)
+    states.update({n: context.values.get_value(e["ref"]) for n, e in request.state_refs.items()})
+    result = run_local(
+        request.document, input=request.input, params=request.params, ops=request.ops,
+        catalog=catalog, mode=request.mode, y=request.y,
+        states=states if request.mode == "forward" else None,
+    )  # fmt: skip
+    return LocalPlanRun(result, distribution, len(request.plan.node_ids()))
 
 
 class LocalPlanRun(PlanRun):
@@ -307,6 +397,9 @@ class LocalPlanRun(PlanRun):
 
     def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
         raise LookupError("a local run keeps only its final output; use wait()")
+
+    def states(self) -> dict[str, Any]:
+        return dict(self._result.states)
 
     def cancel(self) -> bool:
         return False

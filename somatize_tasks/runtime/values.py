@@ -9,7 +9,12 @@ the value is:
 ``{"map": {"train_svm": <expr>, "train_knn": <expr>}}``
     a Parallel's output: each branch's terminal node id to its output;
 ``{"value": <json>}``
-    a literal, such as a small run input given by the producer.
+    a literal, such as a small run input given by the producer;
+``{"graph": {"normalize": <expr>, "__input__": <expr>}}``
+    what a task block reads when the run follows a predecessors graph: the
+    latest output of every predecessor it reads (and the run's input, for a
+    node with none); each node's input is then resolved from it as Soma's
+    ``resolve_input`` does (:func:`node_input_expr`).
 
 The worker that runs a node turns the expression into a Python value
 (:func:`materialize`), fetching each ref from its cache or the shared store.
@@ -21,6 +26,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 Expr = dict[str, Any]
+#: The key of the run's own input in a ``graph`` expression (Soma's ``__input__``).
+RUN_INPUT = "__input__"
+#: Soma's ``Empty``: what a node reads from a predecessor that produced nothing.
+NOTHING: Expr = {"value": None}
 
 
 def ref_expr(ref: Mapping[str, Any]) -> Expr:
@@ -35,21 +44,39 @@ def map_expr(items: Mapping[str, Expr]) -> Expr:
     return {"map": dict(items)}
 
 
+def graph_expr(items: Mapping[str, Expr]) -> Expr:
+    return {"graph": dict(items)}
+
+
 def refs_in(expr: Expr) -> Iterator[dict[str, Any]]:
     """Every artifact ref the expression mentions (depth first)."""
     if "ref" in expr:
         yield expr["ref"]
-    elif "map" in expr:
-        for item in expr["map"].values():
-            yield from refs_in(item)
+        return
+    for kind in ("map", "graph"):
+        if kind in expr:
+            for item in expr[kind].values():
+                yield from refs_in(item)
+
+
+def node_input_expr(preds: list[str], available: Mapping[str, Expr]) -> Expr:
+    """Soma's ``resolve_input``, over expressions: no predecessor reads the run's
+    input, one reads its output (``None`` if it produced nothing), several read
+    an object keyed by the predecessors that produced something."""
+    if not preds:
+        return available.get(RUN_INPUT, NOTHING)
+    if len(preds) == 1:
+        return available.get(preds[0], NOTHING)
+    return map_expr({p: available[p] for p in preds if p in available})
 
 
 def materialize(expr: Expr, fetch: Callable[[dict[str, Any]], Any]) -> Any:
     """The Python value an expression stands for; ``fetch`` reads one ref."""
     if "ref" in expr:
         return fetch(expr["ref"])
-    if "map" in expr:
-        return {key: materialize(item, fetch) for key, item in expr["map"].items()}
+    for kind in ("map", "graph"):
+        if kind in expr:
+            return {key: materialize(item, fetch) for key, item in expr[kind].items()}
     if "value" in expr:
         return expr["value"]
     raise ValueError(f"not a value expression: keys {sorted(expr)}")

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from somatize_tasks import node
-from somatize_tasks.runtime.signals import Handoff
+from somatize_tasks.runtime.control import Handoff
 
 
 @node("rt_make")

@@ -71,25 +71,21 @@ def test_loop_carries_a_node_until_it_signals() -> None:
     assert output_of(LOOP, input=0) == 5
 
 
-def test_loop_stops_at_max_iterations() -> None:
-    plan = {
-        "Loop": {
-            "node_id": "l",
-            "body": ex("rt_add"),
-            "max_iterations": 3,
-            "until": {"type": "Exhaust"},
-        }
-    }
-    assert output_of(plan, input=10) == 13
+def test_exhaust_runs_every_pass_and_carries_only_from_carry_from() -> None:
+    loop = {"node_id": "l", "body": ex("rt_add"), "max_iterations": 3,
+            "until": {"type": "Exhaust"}}  # fmt: skip
+    # As in Soma: without carry_from every pass starts from the loop's input again.
+    assert output_of({"Loop": loop}, input=10) == 11
+    assert output_of({"Loop": {**loop, "carry_from": "rt_add"}}, input=10) == 13
 
 
-def test_loop_with_an_unreadable_signal_fails_naming_the_node() -> None:
+def test_loop_with_an_unreadable_signal_fails_naming_the_loop_and_the_node() -> None:
     body = seq(ex("rt_add"), ex("rt_bad_signal"))
     until = {"type": "WhenSignaled", "node": "rt_bad_signal"}
     plan = {"Loop": {"node_id": "l", "body": body, "max_iterations": 3, "until": until}}
     error = error_of(plan, input=0)
-    assert error["node_id"] == "rt_bad_signal"
-    assert "returned 42" in error["message"]
+    assert error["node_id"] == "l"
+    assert "'rt_bad_signal' produced 42" in error["message"]
 
 
 def test_branch_evaluates_its_condition_and_runs_the_matching_arm_on_its_input() -> None:
@@ -100,7 +96,7 @@ def test_branch_evaluates_its_condition_and_runs_the_matching_arm_on_its_input()
 def test_branch_with_an_unknown_label_names_the_labels() -> None:
     plan = {"Branch": {"node_id": "rt_label", "arms": [["large", ex("rt_double")]]}}
     error = error_of(plan, input=1)
-    assert "'small'" in error["message"] and "'large'" in error["message"]
+    assert "selected 'small'" in error["message"] and "(large)" in error["message"]
 
 
 def test_step_hands_off_to_a_declared_target() -> None:
@@ -111,7 +107,7 @@ def test_step_hands_off_to_a_declared_target() -> None:
 def test_step_cannot_hand_off_to_an_undeclared_target() -> None:
     plan = {"Step": {"node_id": "rt_route_nowhere", "handoffs": [["double", ex("rt_double")]]}}
     error = error_of(plan, input=1)
-    assert "'nowhere'" in error["message"] and "'double'" in error["message"]
+    assert "'nowhere'" in error["message"] and "(double)" in error["message"]
 
 
 def test_stream_pushes_chunks_through_its_nodes_in_order() -> None:
@@ -123,8 +119,9 @@ def test_composite_runs_filters_in_memory_with_fit_and_forward() -> None:
     assert output_of(COMPOSITE, input=[1.0, 2.0, 3.0]) == [-2.0, 0.0, 2.0]
 
 
-def test_empty_passes_its_input_through() -> None:
-    assert output_of({"Sequence": ["Empty"]}, input={"a": 1}) == {"a": 1}
+def test_empty_writes_nothing_and_a_plan_that_writes_nothing_outputs_null() -> None:
+    assert output_of({"Sequence": ["Empty"]}, input={"a": 1}) is None
+    assert output_of("Empty", input=1) is None
     assert output_of(seq("Empty", ex("rt_add"), "Empty"), input=1) == 2
 
 
@@ -170,13 +167,15 @@ def test_parallel_keeps_every_empty_branch_under_its_own_name() -> None:
     assert output_of(plan, input=1) == {"branch_0": 2, "branch_1": 2, "rt_double": 4}
 
 
-def test_a_loop_whose_body_ends_in_a_branch_stops_on_the_taken_arms_signal() -> None:
-    # Only the "small" arm runs (values stay under 10); its rt_done_2 signals stop at 5.
-    # The untaken arm's node gives no signal and must not keep the loop going.
+def test_a_body_terminal_loop_runs_to_its_cap_as_somas_executor_does() -> None:
+    # Soma's compiler resolves BodyTerminal to a named node; a plan that reaches the
+    # executor with it runs every pass, whatever its body's last node signals.
     body = seq(ex("rt_add"), {"Branch": {"node_id": "rt_label", "arms": [
         ["small", ex("rt_done_2")], ["big", ex("rt_done")]]}})  # fmt: skip
     plan = {"Loop": {"node_id": "l", "body": body, "max_iterations": 50, "carry_from": "rt_add"}}
-    assert output_of(plan, input=0) == 5
+    result = run_local(plan, input=0)
+    assert result.output == 50
+    assert any("BodyTerminal" in w for w in result.warnings)
 
 
 def test_an_outer_loop_reads_the_carry_and_signal_of_an_inner_loop() -> None:

@@ -11,8 +11,8 @@ scheduler should produce without calling its internals:
 - Empty passes its input through; a Composite or Stream is read by its
   first node and answers with its last;
 - a Loop's first pass reads the Loop's input; each later pass reads
-  ``carry_from`` (or, without it, the body's terminal nodes), and what
-  follows the Loop reads the same.
+  ``carry_from`` (without it, the Loop's input again, as in Soma), and what
+  follows the Loop reads ``carry_from``, else the body's terminal nodes.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def _flow(node: Any, inputs: list[str], edges: set[Edge]) -> list[str]:
         return _flow(body["plan"], inputs, edges)
     assert kind == "Loop"
     first = _flow(body["body"], inputs, edges)
-    carried = [body["carry_from"]] if body.get("carry_from") else first
+    if not body.get("carry_from"):
+        return first
+    carried = [body["carry_from"]]
     scratch: set[Edge] = set()
     _flow(body["body"], [_MARK], scratch)
     entries = {target for source, target in scratch if source == _MARK}

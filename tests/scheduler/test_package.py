@@ -14,7 +14,8 @@ PUBLIC = {
     "LoopCondition", "Parallel", "Phase", "PlacementError", "PlanNode", "PlanPhase",
     "PlanValidationError", "Remote", "RemoteTarget", "SchedulerError", "Sequence", "Step",
     "Stream", "WorkerInfo", "data_edges", "exit_nodes", "load_plan", "load_workers", "schedule",
-    "schedule_study",
+    "schedule_study", "SOMA_LOOP_CAP", "PlanDocument", "Predecessors", "check_predecessors",
+    "load_plan_document", "plan_warnings",
 }  # fmt: skip
 
 
