@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Celery
 from celery.app.amqp import AMQP
+from kombu import Connection
 
 from somatize_tasks.settings import Settings
 
@@ -34,6 +35,24 @@ _SSL_CERT_REQS = {
 }
 
 
+class HonestConnection(Connection):
+    """A broker connection whose printed URL masks a password only when there is one.
+
+    kombu prints ``redis://:**@host`` for a URL without any password, which
+    reads as if one were set; Celery's banner and "Connected to" log use it.
+    """
+
+    def as_uri(self, include_password: bool = False, mask: str = "**",
+               getfields: Any = None) -> str:  # fmt: skip
+        if getfields is None:
+            uri = str(super().as_uri(include_password, mask))
+        else:
+            uri = str(super().as_uri(include_password, mask, getfields))
+        if not include_password and not self.password:
+            uri = uri.replace(f":{mask}@", "@", 1).replace("://@", "://", 1)
+        return uri
+
+
 class ShadowNamedAMQP(AMQP):
     """Task messages whose ``task-sent`` event carries the shadow name too.
 
@@ -42,6 +61,8 @@ class ShadowNamedAMQP(AMQP):
     Flower after the received one would rename ``node:train_svm`` back to
     ``somatize.node.run``. Routing still uses the task name in the headers.
     """
+
+    Connection = HonestConnection
 
     def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
         message = super().as_task_v2(task_id, name, *args, **kwargs)
