@@ -20,9 +20,11 @@ from rich.console import Console
 from scheduler import ExecutionPlan, WorkerInfo, schedule
 from somatize_tasks import PlanRun
 from somatize_tasks.cli.plan import print_report
+from somatize_tasks.run_record import read_run
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.reaper import describe_blocks
 from somatize_tasks.settings import Settings
+from somatize_tasks.timeline import bars_of, not_run
 from tests.conftest import REPO, WorkerProcess, wait_for
 from tests.runtime.plans import ex, remote, seq
 from tests.runtime.test_cli_runs import write
@@ -145,6 +147,11 @@ def test_a_second_ctrl_c_within_two_seconds_cancels_the_run(
     assert proc.returncode == 130
     assert f"run {run_id} cancelled" in err, err
     assert PlanRun.attach(run_id, settings).status().state == "cancelled"
+    # The timeline marks it: the cut-off node's bar is cancelled, the one after it never ran.
+    record = read_run(settings, run_id)
+    bars = bars_of(record.status, record.history)
+    assert [b.state for b in bars if b.node_id == "rt_sleep"] == ["cancelled"]
+    assert not_run(record.status, bars) == {"rt_sum": "cancelled"}
 
 
 def test_the_report_says_1_phase_and_1_transfer() -> None:
