@@ -42,17 +42,54 @@ def record(
     context: RunContext, run_id: str, nodes: list[str], state: str, epoch: int, **extra: Any
 ) -> None:
     """Append one event (``running``, ``done`` or ``failed``) for a block's nodes."""
-    event = {"at": time.time(), "nodes": nodes, "state": state, "worker": context.worker_id,
-             "epoch": epoch, **extra}  # fmt: skip
+    _push(context, run_id, [{"nodes": nodes, "state": state, "epoch": epoch, **extra}])
+
+
+def record_done(
+    context: RunContext, run_id: str, nodes: list[str], epoch: int,
+    times: dict[str, list[float]], ended_at: float,
+) -> None:  # fmt: skip
+    """A block finished: one event per node with its own start and end when the task
+    ran several (a fused chain), else one for the block."""
+    if len(nodes) == 1 or not times:
+        _push(context, run_id, [{"nodes": nodes, "state": "done", "epoch": epoch,
+                                 "ended_at": ended_at}])  # fmt: skip
+        return
+    _push(context, run_id, [
+        {"nodes": [n], "state": "done", "epoch": epoch, "started_at": times[n][0],
+         "ended_at": times[n][1]} if n in times else
+        {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
+        for n in nodes
+    ])  # fmt: skip
+
+
+def _push(context: RunContext, run_id: str, events: list[dict[str, Any]]) -> None:
+    now = time.time()
+    lines = [json.dumps({"at": now, "worker": context.worker_id, **event},
+                        separators=(",", ":")) for event in events]  # fmt: skip
     key = history_key(context.keys, run_id)
     try:
         pipe = context.redis.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(event, separators=(",", ":")))
+        pipe.rpush(key, *lines)
         pipe.ltrim(key, -MAX_EVENTS, -1)
         pipe.expire(key, context.settings.run_ttl_s)
         pipe.execute()
     except RedisError as exc:
-        log.warning("run %s: history event for %s not recorded: %s", run_id, nodes, exc)
+        log.warning("run %s: %d history event(s) not recorded: %s", run_id, len(lines), exc)
+
+
+def record_failure(
+    context: RunContext, run_id: str, nodes: list[str], epoch: int, exc: BaseException
+) -> None:
+    """A block raised: the node that raised failed; the rest of a fused chain are
+    cancelled, as the engine marks them, and get no bar (when each ran is unknown)."""
+    bad = getattr(exc, "__somatize_node__", None) or nodes[0]
+    events: list[dict[str, Any]] = [{"nodes": [bad], "state": "failed", "epoch": epoch,
+                                     "error": f"{type(exc).__name__}: {exc}"}]  # fmt: skip
+    others = [n for n in nodes if n != bad]
+    if others:
+        events.append({"nodes": others, "state": "cancelled", "epoch": epoch, "dropped": True})
+    _push(context, run_id, events)
 
 
 def read_events(client: Redis[bytes], keys: RedisKeys, run_id: str) -> list[dict[str, Any]]:
@@ -99,12 +136,15 @@ def attempts(events: list[dict[str, Any]]) -> list[Attempt]:
                 open_[key] = Attempt(key[0], worker, epoch, at, None, "running",
                                      number=tries[key])  # fmt: skip
                 continue
+            if event.get("dropped"):
+                continue  # part of a block that stopped before it: no attempt to draw
             if current is None:  # its start was never recorded (trimmed, or older code)
                 tries[key] = tries.get(key, 0) + 1
                 start = float(event.get("started_at") or at)
                 current = Attempt(key[0], worker, epoch, start, None, state, number=tries[key])
+            start = float(event.get("started_at") or current.start)  # a fused node's own
             end = float(event.get("ended_at") or at)
-            done.append(replace(current, end=max(end, current.start), state=state,
+            done.append(replace(current, start=start, end=max(end, start), state=state,
                                 error=event.get("error")))  # fmt: skip
     done.extend(open_.values())
     return sorted(done, key=lambda a: (a.start, a.node_id))

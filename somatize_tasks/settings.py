@@ -84,6 +84,8 @@ class Settings(BaseSettings):
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
     transfer_stall_s: Annotated[float, Field(gt=0)] = 60.0
     reaper_enabled: bool = True
+    fuse_chains: bool = True
+    dispatch_batch_max: Annotated[int, Field(ge=1)] = 64
 
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0

@@ -95,6 +95,8 @@ def events(
                      if attempt.state == LOST else attempt.error or "failed")  # fmt: skip
             out.append((attempt.end, {"event_type": "NodeFailed", **node, "error": error}))
     end = status.finished_at
+    if end is not None:  # the run's end comes last, even if a worker's clock ran ahead
+        end = max([end, *(at for at, _ in out)])
     if end is not None and status.state == "done":
         out.append((end, {"event_type": "RunCompleted", "run_id": run_id,
                           "duration": _ms(end - created)}))  # fmt: skip

@@ -91,11 +91,15 @@ def bars_of(
     if history:
         out = []
         for a in attempts(history):
-            state = a.state
-            if state == "running" and status.state != "running":  # the run ended around it
+            state, start, end = a.state, a.start, a.end
+            node = status.nodes.get(a.node_id)
+            if (state == "running" and node is not None and node.state == "done"
+                    and node.worker == a.worker and node.started_at and node.ended_at):
+                state, start, end = "done", node.started_at, node.ended_at  # done in a chain
+            elif state == "running" and status.state != "running":  # the run ended around it
                 state = "cancelled" if status.state == "cancelled" else LOST
-            end = a.end if a.end is not None else stop
-            out.append(Bar(a.node_id, a.worker, state, a.start, max(end, a.start),
+            end = end if end is not None else stop
+            out.append(Bar(a.node_id, a.worker, state, start, max(end, start),
                            epoch=a.epoch, attempt=a.number, error=a.error))  # fmt: skip
         return out
     bars = []

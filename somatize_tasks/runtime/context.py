@@ -82,7 +82,7 @@ class RunContext:
                 return cached
         raw = self.redis.hmget(
             self.keys.run(run_id), "plan", "distribution", "params", "ops", "version",
-            "time_limits", "predecessors", "mode", "labels", "states",
+            "time_limits", "predecessors", "mode", "labels", "states", "fused",
         )  # fmt: skip
         if raw[0] is None:
             return None
@@ -97,6 +97,7 @@ class RunContext:
             mode=(raw[7] or b"fit").decode(),
             labels=json.loads(raw[8]) if raw[8] else None,
             states=json.loads(raw[9] or b"{}"),
+            fused=json.loads(raw[10]) if raw[10] else [],
         )
         self.remember(run_id, program)
         return program

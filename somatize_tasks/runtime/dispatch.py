@@ -11,7 +11,10 @@ ever waits on a result: every step is started by the one before it.
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import chain
@@ -25,6 +28,10 @@ from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.values import Expr, refs_in
 
 NODE_TASK = "somatize.node.run"
+NODE_BATCH_TASK = "somatize.node.batch"
+#: A worker's ready blocks go out in at least this many messages (when there are
+#: that many), so a batch never leaves its worker's other slots idle.
+BATCH_SPREAD = 4
 INPUT_READY_TASK = "somatize.run.input_ready"
 TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
@@ -50,6 +57,24 @@ class CeleryDispatcher:
         # needs from a dead worker is there. Any other source uploads first.
         self._no_upload: set[str | None] = {None, PRODUCER, *unavailable}
         self._avoiding = {"avoiding": sorted(unavailable)} if unavailable else {}
+        self._held: list[tuple[Block, int, Expr]] | None = None
+        self._depth = 0
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Blocks dispatched inside go out together when the outermost block ends:
+        those of one worker that need no transfer several to a message, with one
+        Redis pipeline for all their records."""
+        if self._depth == 0:
+            self._held = []
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                held, self._held = self._held or [], None
+                self._flush(held)
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
         """Publish ``block`` (after the transfers it needs) under a fresh task id.
@@ -58,6 +83,12 @@ class CeleryDispatcher:
         re-dispatch the block elsewhere, and a stale copy of the message
         (``mark_running`` compares task ids) is dropped instead of run twice.
         """
+        if self._held is not None:
+            self._held.append((block, epoch, input_expr))
+            return
+        self._dispatch_one(block, epoch, input_expr)
+
+    def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
@@ -72,6 +103,46 @@ class CeleryDispatcher:
             return
         for ref in missing:
             self._transfer_chain(ref, worker, block, epoch, task_id).apply_async()
+
+    def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
+        ready: dict[str, list[tuple[Block, int, Expr]]] = {}
+        direct: dict[int, list[str]] = {}
+        for item in held:
+            block, _, input_expr = item
+            worker = block.worker_id or ""
+            missing, inline = self._classify(input_expr, worker)
+            if missing or len(held) == 1:
+                self._dispatch_one(*item)
+                continue
+            ready.setdefault(worker, []).append(item)
+            direct[id(item)] = [transfer_record(r, block, worker, "direct") for r in inline]
+        batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
+        if not batches:
+            return
+        records = self.state.client.pipeline(transaction=False)
+        sends = []
+        for batch in batches:
+            task_id = uuid()
+            for item in batch:
+                block, epoch, input_expr = item
+                self.state.record_dispatch(
+                    block.task_node_ids(), block.index, epoch, input_expr,
+                    self._pending(block, epoch, task_id), pipe=records,
+                    transfer_records=direct[id(item)],
+                )  # fmt: skip
+            sends.append((batch, task_id))
+        records.execute()
+        with self.context.app.producer_or_acquire() as producer:
+            for batch, task_id in sends:
+                if len(batch) == 1:
+                    block, epoch, input_expr = batch[0]
+                    self._send(block, epoch, input_expr, task_id, producer=producer)
+                else:
+                    self._send_batch(batch, task_id, producer)
+
+    @property
+    def _batch_max(self) -> int:
+        return self.context.settings.dispatch_batch_max
 
     def publish_node(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
         """The block's transfers are done: publish it under the task id it waits for."""
@@ -98,8 +169,10 @@ class CeleryDispatcher:
             status["waiting_for"] = waiting_for
         return status
 
-    def _send(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
-        soft_s, hard_s = self.program.time_limits_s
+    def _send(
+        self, block: Block, epoch: int, input_expr: Expr, task_id: str, producer: Any = None
+    ) -> None:
+        soft_s, hard_s = _scaled(self.program.time_limits_s, len(block.task_node_ids()))
         self.context.app.send_task(
             NODE_TASK,
             kwargs={
@@ -114,6 +187,29 @@ class CeleryDispatcher:
             shadow=node_shadow(block.task_node_ids()),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
+            ignore_result=True,
+            producer=producer,
+        )
+
+    def _send_batch(
+        self, batch: list[tuple[Block, int, Expr]], task_id: str, producer: Any
+    ) -> None:
+        nodes = [n for block, _, _ in batch for n in block.task_node_ids()]
+        soft_s, hard_s = _scaled(self.program.time_limits_s, len(nodes))
+        self.context.app.send_task(
+            NODE_BATCH_TASK,
+            kwargs={
+                "run_id": self.run_id,
+                "blocks": [[block.index, epoch, expr] for block, epoch, expr in batch],
+            },
+            queue=queue_name(batch[0][0].worker_id or ""),
+            task_id=task_id,
+            kwargsrepr=_describe(self.run_id, nodes, batch[0][1]),
+            shadow=node_shadow(nodes),
+            soft_time_limit=soft_s,  # type: ignore[arg-type]
+            time_limit=hard_s,  # type: ignore[arg-type]
+            ignore_result=True,
+            producer=producer,
         )
 
     def run_finished(self, status: str, output: Expr | None) -> None:
@@ -187,13 +283,32 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
 
 
 def node_shadow(nodes: list[str]) -> str:
-    """The name Flower lists a node task under (``node:train_svm``); the task
-    itself stays ``somatize.node.run``, so routing never depends on it."""
-    return "node:" + "+".join(nodes)
+    """The name Flower lists a node task under (``node:train_svm``, ``node:a+b`` for
+    a block or batch of several, ``node:a+b+c+5 more`` past four); the task itself
+    stays ``somatize.node.run`` (or ``.batch``), so routing never depends on it."""
+    shown = nodes if len(nodes) <= 4 else [*nodes[:3], f"{len(nodes) - 3} more"]
+    return "node:" + "+".join(shown)
+
+
+def _scaled(
+    limits: tuple[float | None, float | None], nodes: int
+) -> tuple[float | None, float | None]:
+    """Per-node time limits for a task that runs ``nodes`` nodes (a fused chain)."""
+    return tuple(None if limit is None else limit * nodes for limit in limits)  # type: ignore[return-value]
+
+
+def _split(items: list[Any], most: int) -> list[list[Any]]:
+    """``items`` in about equal batches of at most ``most``, at least ``BATCH_SPREAD``
+    of them when there are that many items."""
+    count = min(len(items), max(math.ceil(len(items) / most), BATCH_SPREAD))
+    size = math.ceil(len(items) / count)
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _describe(run_id: str, nodes: list[str], epoch: int) -> str:
     """What Flower shows for a node task's arguments: ids, never values."""
-    shown = nodes[0] if len(nodes) == 1 else "+".join(nodes)
+    shown = nodes[0] if len(nodes) == 1 else "+".join(nodes[:8])
+    if len(nodes) > 8:
+        shown += f" (+{len(nodes) - 8} more)"
     suffix = f" pass={epoch}" if epoch else ""
     return f"run={run_id} node={shown}{suffix}"

@@ -26,6 +26,7 @@ small messages, each published only when its inputs are done.
 from __future__ import annotations
 
 import traceback
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
@@ -46,6 +47,10 @@ class Dispatcher(Protocol):
     """Where a task block goes to run: a worker's queue, or a local work list."""
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None: ...
+
+    def together(self) -> AbstractContextManager[None]:
+        """Blocks dispatched inside may go out together (batched) at its end."""
+        ...
 
     def run_finished(self, status: str, output: Expr | None) -> None: ...
 
@@ -81,8 +86,9 @@ class Engine:
             self.state.open_join(bid, epoch, len(block.children))
             if self.program.follows_graph:
                 self.state.save_input(bid, epoch, flow)  # what "nothing written" looks like
-            for child in block.children:
-                self.start(child, epoch, flow)
+            with self.dispatcher.together():
+                for child in block.children:
+                    self.start(child, epoch, flow)
         elif block.kind == "Loop":
             self._start_loop(block, epoch, flow)
         elif block.children:  # Sequence, Remote: their first child
@@ -241,10 +247,22 @@ class Engine:
 
     # --- ending early ----------------------------------------------------------------
 
+    def node_failed(self, block: Block, epoch: int, error: Exception, worker_id: str) -> None:
+        """A task raised: its node is failed, the rest of its block cancelled, the run failed."""
+        nodes = block.task_node_ids()
+        bad = getattr(error, "__somatize_node__", None) or nodes[0]
+        self.state.mark_nodes([bad], FAILED, worker_id, epoch,
+                              error=f"{type(error).__name__}: {error}")  # fmt: skip
+        others = [n for n in nodes if n != bad]
+        if others:
+            self.state.mark_nodes(others, CANCELLED, worker_id, epoch)
+        self.fail(block, error, worker_id)
+
     def fail(self, block: Block, error: BaseException, worker_id: str) -> None:
         """End the run as failed, naming the node, its worker and the traceback."""
         nodes = block.task_node_ids() or block.node.own_ids()
-        detail = failure_detail(nodes[0] if nodes else f"block {block.index}", worker_id, error)
+        named = getattr(error, "__somatize_node__", None) or (nodes[0] if nodes else None)
+        detail = failure_detail(named or f"block {block.index}", worker_id, error)
         if self.state.finish(FAILED, error=detail):
             self.dispatcher.run_finished(FAILED, None)
 

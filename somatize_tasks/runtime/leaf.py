@@ -36,6 +36,8 @@ from somatize_tasks.runtime.stream import run_stream
 from somatize_tasks.runtime.values import Expr, materialize, node_input_expr, ref_expr
 
 STATE_PREFIX = "__state_"
+#: Set on an exception to the node that raised it (a fused chain runs several).
+_FAILED_NODE = "__somatize_node__"
 
 
 class ValueStore(Protocol):
@@ -80,9 +82,13 @@ def run_block(
     node = block.node
     if isinstance(node, Stream):
         run.stream(nodes, bound, node.chunk_size)
-    elif not (isinstance(node, Composite) and run.fit_composite(nodes, bound)):
+    elif not (type(node) is Composite and run.fit_composite(nodes, bound)):
         for node_id in nodes:
-            run.node(node_id, bound[node_id])
+            try:
+                run.node(node_id, bound[node_id])
+            except Exception as exc:
+                setattr(exc, _FAILED_NODE, node_id)  # a fused chain fails by its own node
+                raise
     last = nodes[-1]
     if isinstance(node, Branch):
         labels = node.labels()
@@ -96,6 +102,7 @@ def run_block(
         run.keep(last, run.store_value(last, handoff.value) if handoff.has_value
                  else run.input_of(last))  # fmt: skip
     result.node_outputs = run.outputs
+    result.node_times = run.times
     result.states = run.states
     result.signals = _signals(program, run)
     result.output = run.outputs[last]
@@ -135,6 +142,7 @@ class _BlockRun:
         self.raw: dict[str, Any] = {}  # what each node returned, in memory
         self.outputs: dict[str, Expr] = {}  # each node's output as stored
         self.states: dict[str, Expr] = {}
+        self.times: dict[str, list[float]] = {}  # each node's [started, ended]
         self._memo: dict[str, Any] = {}
         self._labels: Any = None
         self._labels_read = False
@@ -173,6 +181,7 @@ class _BlockRun:
     # --- running -----------------------------------------------------------------------
 
     def node(self, node_id: str, bound: BoundNode) -> None:
+        started = time.time()
         x = self._input_value(node_id)
         if self.program.mode == FIT and bound.trainable:
             state = bound.fit(x, self.labels())
@@ -183,6 +192,7 @@ class _BlockRun:
         self.raw[node_id] = output
         if not isinstance(output, Handoff):
             self.keep(node_id, self.store_value(node_id, output))
+        self.times[node_id] = [started, time.time()]
 
     def stream(self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int) -> None:
         if self.program.mode == FIT:

@@ -11,6 +11,7 @@ import io
 import itertools
 from collections import deque
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,9 @@ class _WorkList:
 
     def dispatch(self, block: Block, epoch: int, input_expr: Expr) -> None:
         self.pending.append((block, epoch, input_expr))
+
+    def together(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def run_finished(self, status: str, output: Expr | None) -> None:
         self.pending.clear()
@@ -123,8 +127,7 @@ def run_local(
                 worker_id=LOCAL_WORKER,
             )  # fmt: skip
         except Exception as exc:
-            state.mark_nodes(block.task_node_ids(), "failed", LOCAL_WORKER, epoch)
-            engine.fail(block, exc, LOCAL_WORKER)
+            engine.node_failed(block, epoch, exc, LOCAL_WORKER)
             break
         engine.leaf_done(block.index, epoch, result)
     output = None

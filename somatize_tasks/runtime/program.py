@@ -32,10 +32,11 @@ from scheduler import (
     Step,
     Stream,
 )
+from somatize_tasks.runtime.fusion import apply_fusion, fusion_groups
 from somatize_tasks.runtime.values import Expr
 
 FIT, FORWARD = "fit", "forward"
-TASK_KINDS = frozenset({"Execute", "Composite", "Stream", "Branch", "Step"})
+TASK_KINDS = frozenset({"Execute", "Composite", "Stream", "Branch", "Step", "Chain"})
 _SOMA_NUMBER = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 
 
@@ -91,6 +92,8 @@ class Program:
     mode: str = FIT
     labels: Expr | None = None
     states: dict[str, Expr] = field(default_factory=dict)
+    #: The fused chains (runtime.fusion), as node id lists: kept with the run.
+    fused: list[list[str]] = field(default_factory=list)
     _reads: dict[int, tuple[list[str], bool]] = field(default_factory=dict, repr=False)
 
     @property
@@ -175,8 +178,13 @@ def compile_program(
     mode: str = FIT,
     labels: Expr | None = None,
     states: Mapping[str, Expr] | None = None,
+    fused: list[list[str]] | None = None,
 ) -> Program:
-    """Flatten ``plan`` into blocks; without a distribution, every node is local."""
+    """Flatten ``plan`` into blocks; without a distribution, every node is local.
+
+    ``fused`` names the chains to run as one task each; None works them out
+    from the placement (:mod:`somatize_tasks.runtime.fusion`), ``[]`` fuses none.
+    """
     worker_of = distribution.worker_of() if distribution is not None else {}
     blocks: list[Block] = []
     stack: list[tuple[PlanNode, int | None, int]] = [(plan.root, None, 0)]
@@ -192,6 +200,9 @@ def compile_program(
         children = node.children()
         stack.extend((child, block.index, i) for i, child in reversed(list(enumerate(children))))
     _order_children(blocks)
+    if fused is None:
+        fused = fusion_groups(blocks)
+    apply_fusion(blocks, fused)
     return Program(
         plan=plan,
         blocks=blocks,
@@ -201,12 +212,14 @@ def compile_program(
         signal_nodes=_signal_nodes(blocks),
         node_count=len(plan.node_ids()),
         version=version,
+        # A fused Execute's chain comes later in the table, so it wins here.
         block_by_node={n: b for b in blocks for n in b.task_node_ids()},
         time_limits_s=time_limits_s,
         predecessors=None if predecessors is None else dict(predecessors),
         mode=mode,
         labels=labels,
         states=dict(states or {}),
+        fused=fused,
     )
 
 

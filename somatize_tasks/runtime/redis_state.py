@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 
 from somatize_tasks.keys import RedisKeys
-from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult
+from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
 # KEYS: meta, results, nodes, done, states. ARGV: leaf field, leaf json, n, n x (field,
@@ -173,12 +173,8 @@ class RedisRunState:
         for node_id, verdict in result.signals.items():
             args += [f"s:{node_id}", verdict]
         args.append(len(nodes))
-        status = {
-            "state": "done", "worker": result.worker_id, "epoch": epoch,
-            "started_at": result.started_at, "ended_at": result.ended_at,
-        }  # fmt: skip
         for node_id in nodes:
-            args += [node_id, _dumps(status)]
+            args += [node_id, _dumps(node_done(result, node_id, epoch))]
         args.append(len(result.states))
         for node_id, expr in result.states.items():
             args += [node_id, _dumps(expr)]
@@ -334,17 +330,21 @@ class RedisRunState:
         status: dict[str, Any],
         missing: int = 0,
         transfer_records: list[str] | None = None,
+        pipe: Any = None,
     ) -> None:
         """One round trip before a block's messages go out: its input (so it can be
-        dispatched again), its pending-transfer count, its status (with the task id)."""
-        pipe = self.client.pipeline()
+        dispatched again), its pending-transfer count, its status (with the task id).
+        With ``pipe`` the writes join that pipeline, which the caller executes."""
+        own = pipe is None
+        pipe = self.client.pipeline() if own else pipe
         pipe.hset(self.results, f"i:{bid}:{epoch}", _dumps(input_expr))
         if missing:
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:
             pipe.rpush(self.transfers, *transfer_records)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""

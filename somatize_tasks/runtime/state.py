@@ -45,6 +45,8 @@ class LeafResult:
     node_outputs: dict[str, Expr] = field(default_factory=dict)
     signals: dict[str, str] = field(default_factory=dict)
     states: dict[str, Expr] = field(default_factory=dict)
+    #: Each node's [started, ended] when a task runs several (a fused chain).
+    node_times: dict[str, list[float]] = field(default_factory=dict)
     label: str | None = None
     handoff: str | None = None
     worker_id: str = "local"
@@ -57,6 +59,7 @@ class LeafResult:
             "node_outputs": self.node_outputs,
             "signals": self.signals,
             "states": self.states,
+            "node_times": self.node_times,
             "label": self.label,
             "handoff": self.handoff,
             "worker_id": self.worker_id,
@@ -67,6 +70,13 @@ class LeafResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LeafResult:
         return cls(**data)
+
+
+def node_done(result: LeafResult, node_id: str, epoch: int) -> dict[str, Any]:
+    """A finished node's status: its own times when the task measured them."""
+    started, ended = result.node_times.get(node_id, (result.started_at, result.ended_at))
+    return {"state": DONE, "worker": result.worker_id, "epoch": epoch,
+            "started_at": started, "ended_at": ended}  # fmt: skip
 
 
 class RunState(Protocol):
@@ -114,7 +124,9 @@ class RunState(Protocol):
         """``(loop block, outer epoch, pass number)`` of a loop pass epoch."""
         ...
 
-    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int) -> None: ...
+    def mark_nodes(
+        self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
+    ) -> None: ...
 
     def finish(
         self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None
@@ -159,10 +171,7 @@ class MemoryRunState:
         self.signals.update(result.signals)
         self.states.update(result.states)
         for node_id in nodes:
-            self.nodes[node_id] = {
-                "state": DONE, "worker": result.worker_id, "epoch": epoch,
-                "started_at": result.started_at, "ended_at": result.ended_at,
-            }  # fmt: skip
+            self.nodes[node_id] = node_done(result, node_id, epoch)
         return True
 
     def node_output(self, node_id: str, epoch: int) -> Expr | None:
@@ -207,11 +216,13 @@ class MemoryRunState:
     def epoch_info(self, epoch: int) -> tuple[int, int, int]:
         return self.epochs[epoch]
 
-    def mark_nodes(self, nodes: list[str], state: str, worker_id: str, epoch: int) -> None:
+    def mark_nodes(
+        self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
+    ) -> None:
         now = time.time()
         for node_id in nodes:
             entry = self.nodes.setdefault(node_id, {})
-            entry.update(state=state, worker=worker_id, epoch=epoch)
+            entry.update(state=state, worker=worker_id, epoch=epoch, **extra)
             entry.setdefault("started_at", now) if state == RUNNING else None
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:

@@ -311,6 +311,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     program = compile_program(
         plan, distribution, params=request.params, ops=request.ops, time_limits_s=limits,
         predecessors=predecessors, mode=request.mode, labels=labels, states=states,
+        fused=None if context.settings.fuse_chains else [],
     )  # fmt: skip
     context.remember(run_id, program)
     state = context.state(run_id)
@@ -329,6 +330,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         "time_limits": json.dumps(limits),
         "mode": request.mode,
         "states": json.dumps(states),
+        "fused": json.dumps(program.fused),
     }
     if predecessors is not None:
         meta["predecessors"] = json.dumps(predecessors)

@@ -4,6 +4,9 @@
     runs one task block (a node, a Composite, a Stream, a Branch condition,
     a Step) on the worker whose queue it was published to, stores the
     outputs and advances the run (:mod:`somatize_tasks.runtime.engine`).
+``somatize.node.batch``
+    runs several independent blocks of one run on this worker, one after
+    another (they became ready together; see ``CeleryDispatcher.together``).
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
@@ -24,6 +27,7 @@ from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
+    NODE_BATCH_TASK,
     NODE_TASK,
     TRANSFER_FAILED_TASK,
     CeleryDispatcher,
@@ -74,12 +78,10 @@ def execute_block(
             store=context.values, catalog=default_catalog, worker_id=context.worker_id,
         )  # fmt: skip
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        state.mark_nodes(nodes, "failed", context.worker_id, epoch, error=error)
-        history.record(context, run_id, nodes, "failed", epoch, error=error)
-        engine.fail(block, exc, context.worker_id)
+        history.record_failure(context, run_id, nodes, epoch, exc)
+        engine.node_failed(block, epoch, exc, context.worker_id)
         raise
-    history.record(context, run_id, nodes, "done", epoch, ended_at=result.ended_at)
+    history.record_done(context, run_id, nodes, epoch, result.node_times, result.ended_at)
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.
@@ -91,6 +93,21 @@ def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: E
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
     execute_block(context, run_id, block, epoch, input, self.request.id or "")
+
+
+@shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
+def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> None:
+    """Run several ready blocks of one run here, in order; the first failure
+    fails the run (the rest are then skipped) and is raised at the end."""
+    context = run_context(self.app, settings_of(self.app))
+    first_error: Exception | None = None
+    for bid, epoch, input_expr in blocks:
+        try:
+            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+        except Exception as exc:
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
 
 
 @shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)

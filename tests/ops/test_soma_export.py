@@ -20,9 +20,10 @@ from somatize_tasks.cli import main
 from somatize_tasks.runtime.handle import NodeFailedError
 from somatize_tasks.settings import Settings
 from tests.conftest import WorkerProcess
-from tests.runtime.plans import FORK_JOIN, FORK_JOIN_OPS, FORK_JOIN_OUTPUT, ex, seq
+from tests.runtime.plans import FORK_JOIN, FORK_JOIN_OPS, FORK_JOIN_OUTPUT, ex, remote, seq
 
 pytestmark = pytest.mark.slow
+FAILING = seq(ex("rt_make"), remote("gpu", ex("rt_fail")), ex("rt_sum"))  # rt_fail alone in a task
 
 # Soma's Event variants this exporter writes, with each one's fields and their types.
 FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -86,7 +87,7 @@ def test_a_finished_run_exports_as_a_soma_run_directory(
 def test_a_failed_run_exports_its_node_failure_and_run_failure(
     tmp_path: Path, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
-    run = submit_plan(seq(ex("rt_make"), ex("rt_fail"), ex("rt_sum")), settings=settings,
+    run = submit_plan(FAILING, settings=settings,
                       require_workers=True)  # fmt: skip
     with pytest.raises(NodeFailedError):
         run.wait(timeout=60)

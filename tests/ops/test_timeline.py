@@ -16,9 +16,10 @@ from somatize_tasks.settings import Settings
 from somatize_tasks.timeline import STATE_COLOURS, timeline_svg
 from somatize_tasks.timeline_page import timeline_html
 from tests.conftest import WorkerProcess
-from tests.runtime.plans import FORK_JOIN, FORK_JOIN_OPS, FORK_JOIN_OUTPUT, LOOP, ex, seq
+from tests.runtime.plans import FORK_JOIN, FORK_JOIN_OPS, FORK_JOIN_OUTPUT, LOOP, ex, remote, seq
 
 SVG = "{http://www.w3.org/2000/svg}"
+FAILING = seq(ex("rt_make"), remote("gpu", ex("rt_fail")), ex("rt_sum"))  # rt_fail alone in a task
 
 
 def _rows(svg: str) -> dict[str, ET.Element]:
@@ -195,7 +196,7 @@ def test_a_real_failed_run_and_a_real_loop(
 ) -> None:
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
-    failing = submit_plan(seq(ex("rt_make"), ex("rt_fail"), ex("rt_sum")), settings=settings,
+    failing = submit_plan(FAILING, settings=settings,
                           require_workers=True)
     with pytest.raises(NodeFailedError):
         failing.wait(timeout=60)

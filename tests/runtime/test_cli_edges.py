@@ -29,7 +29,7 @@ from tests.conftest import REPO, WorkerProcess, wait_for
 from tests.runtime.plans import ex, remote, seq
 from tests.runtime.test_cli_runs import write
 
-SLOW = seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sum"))
+SLOW = seq(ex("rt_make"), ex("rt_sleep"), remote("gpu", ex("rt_sum")))  # rt_sum: a task of its own
 
 
 @pytest.mark.parametrize("url", ["localhost:6379", "redis://localhost:notaport/0",

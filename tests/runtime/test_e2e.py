@@ -110,7 +110,9 @@ def test_a_node_that_raises_names_itself_its_worker_and_the_remote_traceback(
     assert "rt_fail failed on purpose" in error.remote_traceback
     status = run.status()
     assert status.nodes["rt_fail"].state == "failed"
-    assert status.nodes["rt_double"].state == "pending"
+    # The three run as one fused chain: what follows the failure never runs.
+    assert status.nodes["rt_double"].state == "cancelled"
+    assert status.nodes["rt_add"].state == "cancelled"
 
 
 def test_cancel_mid_run_stops_the_run_and_starts_nothing_new(
@@ -120,7 +122,7 @@ def test_cancel_mid_run_stops_the_run_and_starts_nothing_new(
         seq(ex("rt_sleep"), ex("rt_add")),
         input=1,
         params={"rt_sleep": {"s": 5}},
-        settings=settings,
+        settings=settings.model_copy(update={"fuse_chains": False}),  # two tasks, not one
         require_workers=True,
     )
     assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)

@@ -28,3 +28,19 @@ def test_loop_passes_are_separate_attempts_and_failures_keep_their_error() -> No
 def test_a_node_still_running_has_no_end() -> None:
     (only,) = attempts([ev(1, "a", "running")])
     assert only.state == "running" and only.end is None
+
+
+def test_a_fused_chain_gets_each_nodes_own_times_and_a_failed_one_drops_the_rest() -> None:
+    tries = attempts([
+        {"at": 1, "nodes": ["a", "b"], "state": "running", "worker": "w", "epoch": 0},
+        {"at": 3, "nodes": ["a"], "state": "done", "worker": "w", "epoch": 0,
+         "started_at": 1.0, "ended_at": 2.0},
+        {"at": 3, "nodes": ["b"], "state": "done", "worker": "w", "epoch": 0,
+         "started_at": 2.0, "ended_at": 3.0},
+        {"at": 4, "nodes": ["c", "d"], "state": "running", "worker": "w", "epoch": 0},
+        {"at": 5, "nodes": ["c"], "state": "failed", "worker": "w", "epoch": 0, "error": "E: x"},
+        {"at": 5, "nodes": ["d"], "state": "cancelled", "worker": "w", "epoch": 0,
+         "dropped": True},
+    ])  # fmt: skip
+    assert [(t.node_id, t.start, t.end, t.state) for t in tries] == [
+        ("a", 1.0, 2.0, "done"), ("b", 2.0, 3.0, "done"), ("c", 4, 5, "failed")]
