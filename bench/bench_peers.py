@@ -92,6 +92,16 @@ class Ours:
         run = submit_plan(plan, params=params, settings=self.settings, require_workers=True)
         return run.wait(timeout=1800)
 
+    def redis_bytes_per_node(self, kind: str, size: int) -> float:
+        """Redis memory a finished run keeps per node (every key of the run)."""
+        run = submit_plan(fork_join(size) if kind == "fork" else chain(size),
+                          settings=self.settings, require_workers=True)  # fmt: skip
+        run.wait(timeout=600)
+        client = run._context.redis
+        keys = list(client.scan_iter(match=f"{self.settings.key_prefix}:run:{run.id}*"))
+        used = sum(int(client.memory_usage(k) or 0) for k in keys)
+        return used / run.progress().total
+
     def close(self) -> None:
         self.factory.close()
 
@@ -162,6 +172,7 @@ def main() -> None:
                         took = timed(lambda peer=peer, kind=kind, size=size: peer.run(kind, size))
                         times.setdefault((name, peer.name), []).append(took)
                 print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+            per_node = {n: peers[0].redis_bytes_per_node("fork", n) for n in (200, 2_000)}
         finally:
             for peer in peers:
                 peer.close()
@@ -173,6 +184,8 @@ def main() -> None:
         ours = statistics.median(times[(name, "somatize")])
         dask = statistics.median(times[(name, "dask")])
         print(f"{name:18} {ours:9.3f}s {dask:9.3f}s {ours / dask:7.2f}")
+    for n, used in per_node.items():
+        print(f"Redis kept by a finished {n}-branch fork-join: {used:.0f} bytes per node")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 A codec writes a value to a binary file object and reads it back, so large
 arrays stream to and from disk without a second in-memory copy. ``.npy``
 is always written and read with ``allow_pickle=False``: an artifact can
-never execute code when it is loaded. Codecs are tried most specific
-first: registered codecs, then bytes, then NumPy arrays, then JSON.
+never execute code when it is loaded; an array read from a file (not
+inline) is memory-mapped read-only, so a large value is never copied. Codecs
+are tried most specific first: registered codecs, then bytes, then NumPy
+arrays, then JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -27,6 +30,8 @@ class Codec:
     accepts: Callable[[Any], bool]
     write: Callable[[Any, IO[bytes]], None]
     read: Callable[[IO[bytes]], Any]
+    #: Read straight from a file without copying it into memory, where the codec can.
+    read_file: Callable[[Path], Any] | None = None
 
 
 def _json_default(value: Any) -> Any:
@@ -63,6 +68,11 @@ def _read_npy(fh: IO[bytes]) -> Any:
     return np.load(fh, allow_pickle=False)
 
 
+def _map_npy(path: Path) -> Any:
+    """A read-only memory map of the array: no copy, pages read as they are used."""
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
 def _bytes_accepts(value: Any) -> bool:
     return isinstance(value, bytes | bytearray | memoryview)
 
@@ -76,7 +86,7 @@ def _read_bytes(fh: IO[bytes]) -> Any:
 
 
 JSON = Codec("json", _json_accepts, _write_json, _read_json)
-NPY = Codec("npy", _npy_accepts, _write_npy, _read_npy)
+NPY = Codec("npy", _npy_accepts, _write_npy, _read_npy, _map_npy)
 BYTES = Codec("bytes", _bytes_accepts, _write_bytes, _read_bytes)
 
 _BUILTIN = (BYTES, NPY, JSON)

@@ -96,7 +96,7 @@ class CeleryDispatcher:
             block.task_node_ids(), block.index, epoch, input_expr,
             self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None),
             missing=len(missing),
-            transfer_records=[transfer_record(r, block, worker, "direct") for r in direct],
+            transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
         )  # fmt: skip
         if not missing:
             self._send(block, epoch, input_expr, task_id)
@@ -115,7 +115,7 @@ class CeleryDispatcher:
                 self._dispatch_one(*item)
                 continue
             ready.setdefault(worker, []).append(item)
-            direct[id(item)] = [transfer_record(r, block, worker, "direct") for r in inline]
+            direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
         batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
         if not batches:
             return
@@ -219,18 +219,23 @@ class CeleryDispatcher:
 
     def _classify(
         self, input_expr: Expr, worker: str
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Refs the block's worker must fetch first, and inline ones crossing workers."""
+    ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
+        """Refs the block's worker must fetch first (a transfer chain), and the ones
+        crossing workers without one: inline (``direct``), or already in a shared
+        directory (``cached``: the node links it in when it reads it)."""
         missing: dict[str, dict[str, Any]] = {}
-        direct: list[dict[str, Any]] = []
+        crossing: list[tuple[dict[str, Any], str]] = []
+        shared = self.context.store.shares_on_write
         for ref in refs_in(input_expr):
             if ref.get("worker_id") == worker:
                 continue
             if ref.get("inline") is not None:
-                direct.append(ref)
+                crossing.append((ref, "direct"))
+            elif shared:
+                crossing.append((ref, "cached"))
             else:
                 missing.setdefault(f"{ref['node_id']}#{ref.get('iteration', 0)}", ref)
-        return list(missing.values()), direct
+        return list(missing.values()), crossing
 
     def _transfer_chain(
         self, ref: dict[str, Any], worker: str, block: Block, epoch: int, task_id: str
@@ -248,6 +253,7 @@ class CeleryDispatcher:
                     immutable=True,
                     queue=queue_name(source or ""),
                     argsrepr=shown,
+                    ignore_result=True,
                     shadow=f"transfer:upload {route}",
                 )
             )
@@ -258,12 +264,14 @@ class CeleryDispatcher:
                 immutable=True,
                 queue=queue_name(worker),
                 argsrepr=shown,
+                ignore_result=True,
                 shadow=f"transfer:download {route}",
             )
         )
         steps.append(app.signature(
             INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
-            queue=queue_name(worker), argsrepr=shown, shadow=f"transfer:ready {route}",
+            queue=queue_name(worker), argsrepr=shown, ignore_result=True,
+            shadow=f"transfer:ready {route}",
         ))  # fmt: skip
         failed = app.signature(
             TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)

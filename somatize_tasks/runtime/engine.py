@@ -138,9 +138,13 @@ class Engine:
         False if it was not recorded: a duplicate, or the run had ended.
         """
         block = self.program.blocks[bid]
+        node = block.node
+        parent = None if block.parent is None else self.program.blocks[block.parent]
+        ends_here = not isinstance(node, Branch) and result.handoff is None
+        if ends_here and parent is not None and parent.kind == "Parallel":
+            return self._branch_done(block, parent, epoch, result)
         if not self.state.record_leaf(bid, epoch, block.task_node_ids(), result):
             return False
-        node = block.node
         try:
             if isinstance(node, Branch):
                 arm = node.labels().index(result.label or "")
@@ -155,6 +159,18 @@ class Engine:
                 self.complete(bid, epoch, result.output)
         except ControlFlowError as exc:
             self.fail(block, exc, result.worker_id)
+        return True
+
+    def _branch_done(self, block: Block, parallel: Block, epoch: int, result: LeafResult) -> bool:
+        """A task block that is a Parallel's branch: record and join in one step."""
+        recorded, joined = self.state.record_and_join(
+            block.index, epoch, block.task_node_ids(), result, parallel.index, block.position
+        )
+        if not recorded:
+            return False
+        self._skip_others(block, None)
+        if joined is not None:
+            self.complete(parallel.index, epoch, self._joined(parallel, epoch, joined))
         return True
 
     def _skip_others(self, block: Block, chosen: int | None) -> None:

@@ -5,6 +5,12 @@ split: a task result is recorded only while the run is running and only
 the first time (``HSETNX``), so a message that ran twice cannot advance
 the run twice; a join counts a branch in only once, and exactly one
 completion sees the counter reach zero. Key names: :mod:`somatize_tasks.keys`.
+
+Every key ends: ``results`` (the working state: inputs, joins, loop passes,
+signals) is refreshed to the run's TTL by every write and deleted when the
+run ends; what a finished run keeps (its meta, node states, latest outputs,
+transfers, fitted states) expires with it. Each output is stored once, in
+``latest``.
 """
 
 from __future__ import annotations
@@ -19,54 +25,80 @@ from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
-# KEYS: meta, results, nodes, done, states. ARGV: leaf field, leaf json, n, n x (field,
-# value) into results, m, m x (node id, state json), k, k x (node id, state ref json).
-_RECORD_LEAF = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
-local i = 4
-for _ = 1, tonumber(ARGV[3]) do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]); i = i + 2
+# KEYS: meta, results, nodes, done, states, latest. ARGV from index b: leaf field,
+# worker id, ttl, then counted sections of pairs: results fields (signals), latest
+# outputs, node statuses, fitted states.
+_RECORD = """
+local function record(b)
+  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return false end
+  if redis.call('HSETNX', KEYS[2], ARGV[b], ARGV[b + 1]) == 0 then return false end
+  local ttl = tonumber(ARGV[b + 2])
+  local i = b + 3
+  local function pairs_into(key)
+    local n = tonumber(ARGV[i]); i = i + 1
+    for _ = 1, n do redis.call('HSET', key, ARGV[i], ARGV[i + 1]); i = i + 2 end
+    return n
+  end
+  pairs_into(KEYS[2])
+  if pairs_into(KEYS[6]) > 0 then redis.call('EXPIRE', KEYS[6], ttl) end
+  local m = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, m do
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i])
+    i = i + 2
+  end
+  if pairs_into(KEYS[5]) > 0 then redis.call('EXPIRE', KEYS[5], ttl) end
+  redis.call('EXPIRE', KEYS[2], ttl)
+  return true
 end
-local m = tonumber(ARGV[i]); i = i + 1
-for _ = 1, m do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i]); i = i + 2
-end
-local k = tonumber(ARGV[i]); i = i + 1
-for _ = 1, k do
-  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]); i = i + 2
-end
-if k > 0 then redis.call('EXPIRE', KEYS[5], tonumber(ARGV[i])) end
-return 1
 """
 
-# KEYS: results. ARGV: slot field, expr json, remaining field, total field, slot prefix.
-# HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
-_JOIN = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return false end
-if redis.call('HINCRBY', KEYS[1], ARGV[3], -1) ~= 0 then return false end
-local total = tonumber(redis.call('HGET', KEYS[1], ARGV[4]))
-local out = {}
-for start = 0, total - 1, 1000 do
-  local fields = {}
-  for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[5] .. i end
-  for _, v in ipairs(redis.call('HMGET', KEYS[1], unpack(fields))) do out[#out + 1] = v end
+# A join on hash ``key``. ARGV from index j: slot field, expr json, remaining field,
+# total field, slot prefix, ttl. Returns every slot once the last branch is in, else
+# false. HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
+_JOIN_ON = """
+local function join(key, j)
+  if redis.call('HSETNX', key, ARGV[j], ARGV[j + 1]) == 0 then return false end
+  redis.call('EXPIRE', key, tonumber(ARGV[j + 5]))
+  if redis.call('HINCRBY', key, ARGV[j + 2], -1) ~= 0 then return false end
+  local total = tonumber(redis.call('HGET', key, ARGV[j + 3]))
+  local out = {}
+  for start = 0, total - 1, 1000 do
+    local fields = {}
+    for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[j + 4] .. i end
+    for _, v in ipairs(redis.call('HMGET', key, unpack(fields))) do out[#out + 1] = v end
+  end
+  return out
 end
+"""
+
+_RECORD_LEAF = _RECORD + "return record(1) and 1 or 0"
+# KEYS: results.
+_JOIN = _JOIN_ON + "return join(KEYS[1], 1)"
+# A Parallel branch's completion: record it, then count it into its join, in one trip.
+# KEYS as _RECORD; ARGV: the six join arguments, then the record's. Returns 0 (not
+# recorded), 1 (recorded, the join waits) or every slot (this was the last branch).
+_RECORD_AND_JOIN = _RECORD + _JOIN_ON + """
+if not record(7) then return 0 end
+local out = join(KEYS[2], 1)
+if not out then return 1 end
 return out
 """
 
-# KEYS: results. ARGV: info json.
+# KEYS: results. ARGV: info json, ttl.
 _NEW_EPOCH = """
 local epoch = redis.call('HINCRBY', KEYS[1], 'epochs', 1)
 redis.call('HSET', KEYS[1], 'e:' .. epoch, ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return epoch
 """
 
-# KEYS: active runs, meta, finished, then every key to expire. ARGV: status, finished at,
-# field, value, ttl, run id.
+# KEYS: active runs, meta, finished, results (deleted), then every key to expire.
+# ARGV: status, finished at, field, value, ttl, run id.
 _FINISH = """
 if redis.call('HGET', KEYS[2], 'status') ~= 'running' then return 0 end
 redis.call('SREM', KEYS[1], ARGV[6])
+redis.call('UNLINK', KEYS[4])
+table.remove(KEYS, 4)
 table.remove(KEYS, 1)
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) end
@@ -100,6 +132,7 @@ return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 _TRANSFER_ARRIVED = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current or cjson.decode(current)['task_id'] ~= ARGV[2] then return -1 end
+if redis.call('HGET', KEYS[4], 'status') ~= 'running' then return -1 end
 if redis.call('HSETNX', KEYS[2], ARGV[4], 1) == 0 then return -1 end
 redis.call('RPUSH', KEYS[3], ARGV[5])
 if redis.call('HINCRBY', KEYS[2], ARGV[3], -1) ~= 0 then return -1 end
@@ -108,12 +141,12 @@ return tonumber(redis.call('HGET', KEYS[4], 'version') or '0')
 """
 
 
-# KEYS: results. ARGV: epoch, then (node id, expr json) pairs. A recomputed output
+# KEYS: latest. ARGV: epoch, then (node id, expr json) pairs. A recomputed output
 # replaces a node's latest value only where that still is the lost one (same node and
 # pass), never a newer pass's.
 _REPLACE_LATEST = """
 for i = 2, #ARGV, 2 do
-  local field = 'l:' .. ARGV[i]
+  local field = ARGV[i]
   local current = redis.call('HGET', KEYS[1], field)
   if current then
     local ref = cjson.decode(current)['ref']
@@ -144,8 +177,10 @@ class RedisRunState:
         self.finished = keys.run(run_id, "finished")
         self.transfers = keys.run(run_id, "transfers")
         self.states = keys.run(run_id, "states")
+        self.latest_outputs = keys.run(run_id, "latest")
         self.active_runs = keys.active_runs
         self._record = client.register_script(_RECORD_LEAF)
+        self._record_and_join = client.register_script(_RECORD_AND_JOIN)
         self._join = client.register_script(_JOIN)
         self._new_epoch = client.register_script(_NEW_EPOCH)
         self._finish = client.register_script(_FINISH)
@@ -156,7 +191,7 @@ class RedisRunState:
     def all_keys(self) -> list[str]:
         return [
             self.meta, self.results, self.nodes, self.done, self.finished, self.transfers,
-            self.states,
+            self.states, self.latest_outputs,
         ]  # fmt: skip
 
     # --- RunState --------------------------------------------------------------------
@@ -165,35 +200,60 @@ class RedisRunState:
         return self.client.hget(self.meta, "status") == RUNNING.encode()
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
-        args: list[Any] = [f"b:{bid}:{epoch}", _dumps(result.to_json())]
-        args.append(2 * len(result.node_outputs) + len(result.signals))
-        for node_id, expr in result.node_outputs.items():
-            text = _dumps(expr)
-            args += [f"n:{node_id}:{epoch}", text, f"l:{node_id}", text]
+        return bool(self._record(keys=self._record_keys, args=self._record_args(
+            bid, epoch, nodes, result)))  # fmt: skip
+
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        found = self._record_and_join(
+            keys=self._record_keys,
+            args=[*self._join_args(parallel, epoch, position, result.output),
+                  *self._record_args(bid, epoch, nodes, result)],
+        )  # fmt: skip
+        if isinstance(found, list):
+            return True, [dict(json.loads(raw)) for raw in found]
+        return bool(found), None
+
+    @property
+    def _record_keys(self) -> list[str]:
+        return [self.meta, self.results, self.nodes, self.done, self.states, self.latest_outputs]
+
+    def _record_args(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult
+    ) -> list[Any]:
+        args: list[Any] = [f"b:{bid}:{epoch}", result.worker_id, self.ttl_s]
+        args.append(len(result.signals))
         for node_id, verdict in result.signals.items():
             args += [f"s:{node_id}", verdict]
+        args.append(len(result.node_outputs))
+        for node_id, expr in result.node_outputs.items():
+            args += [node_id, _dumps(expr)]
         args.append(len(nodes))
         for node_id in nodes:
             args += [node_id, _dumps(node_done(result, node_id, epoch))]
         args.append(len(result.states))
         for node_id, expr in result.states.items():
             args += [node_id, _dumps(expr)]
-        args.append(self.ttl_s)
-        keys = [self.meta, self.results, self.nodes, self.done, self.states]
-        return bool(self._record(keys=keys, args=args))
+        return args
 
-    def node_output(self, node_id: str, epoch: int) -> Expr | None:
-        raw = self.client.hget(self.results, f"n:{node_id}:{epoch}")
-        return None if raw is None else dict(json.loads(raw))
+    def _join_args(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Any]:
+        prefix = f"j:{bid}:{epoch}:"
+        return [f"{prefix}{position}", _dumps(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}",
+                prefix, self.ttl_s]  # fmt: skip
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         if not node_ids:
             return {}
-        raw = self.client.hmget(self.results, [f"l:{n}" for n in node_ids])
+        raw = self.client.hmget(self.latest_outputs, node_ids)
         return {n: dict(json.loads(v)) for n, v in zip(node_ids, raw, strict=True) if v}
 
     def set_latest(self, node_id: str, expr: Expr) -> None:
-        self.client.hset(self.results, f"l:{node_id}", _dumps(expr))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.latest_outputs, node_id, _dumps(expr))
+        pipe.expire(self.latest_outputs, self.ttl_s)
+        pipe.execute()
 
     def latest_signal(self, node_id: str) -> str | None:
         raw = self.client.hget(self.results, f"s:{node_id}")
@@ -210,8 +270,15 @@ class RedisRunState:
         raw = self.client.hgetall(self.states)
         return {k.decode(): dict(json.loads(v)) for k, v in raw.items()}
 
+    def _working(self, mapping: dict[str | bytes, bytes | float | int | str]) -> None:
+        """Write fields of the working state, keeping its end (see the module docstring)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.results, mapping=mapping)
+        pipe.expire(self.results, self.ttl_s)
+        pipe.execute()
+
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
-        self.client.hset(self.results, f"i:{bid}:{epoch}", _dumps(expr))
+        self._working({f"i:{bid}:{epoch}": _dumps(expr)})
 
     def load_input(self, bid: int, epoch: int) -> Expr:
         raw = self.client.hget(self.results, f"i:{bid}:{epoch}")
@@ -220,29 +287,17 @@ class RedisRunState:
         return dict(json.loads(raw))
 
     def open_join(self, bid: int, epoch: int, expected: int) -> None:
-        self.client.hset(
-            self.results, mapping={f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected}
-        )
+        self._working({f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected})
 
     def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
-        prefix = f"j:{bid}:{epoch}:"
-        found = self._join(
-            keys=[self.results],
-            args=[
-                f"{prefix}{position}",
-                _dumps(expr),
-                f"jn:{bid}:{epoch}",
-                f"jt:{bid}:{epoch}",
-                prefix,
-            ],
-        )
+        found = self._join(keys=[self.results], args=self._join_args(bid, epoch, position, expr))
         if not found:
             return None
         return [dict(json.loads(raw)) for raw in found]
 
     def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
         info = _dumps([loop_bid, outer_epoch, pass_number])
-        return int(self._new_epoch(keys=[self.results], args=[info]))
+        return int(self._new_epoch(keys=[self.results], args=[info, self.ttl_s]))
 
     def epoch_info(self, epoch: int) -> tuple[int, int, int]:
         raw = self.client.hget(self.results, f"e:{epoch}")
@@ -316,6 +371,7 @@ class RedisRunState:
             self.done,
             self.transfers,
             self.states,
+            self.latest_outputs,
         ]
         return bool(self._finish(keys=keys, args=args))
 
@@ -343,20 +399,19 @@ class RedisRunState:
         if transfer_records:
             pipe.rpush(self.transfers, *transfer_records)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+        pipe.expire(self.results, self.ttl_s)
         if own:
             pipe.execute()
 
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""
-        self.client.hset(self.results, f"rn:{bid}:{epoch}", len(producers))
+        self._working({f"rn:{bid}:{epoch}": len(producers)})
         for producer, producer_epoch in producers:
             field = f"rw:{producer}:{producer_epoch}"
             waiting = [w for w in json.loads(self.client.hget(self.results, field) or b"[]")
                        if w != [bid, epoch]]  # fmt: skip
             waiting.append([bid, epoch])
-            self.client.hset(self.results, mapping={
-                field: _dumps(waiting), f"rc:{producer}:{producer_epoch}": 1,
-            })  # fmt: skip
+            self._working({field: _dumps(waiting), f"rc:{producer}:{producer_epoch}": 1})
 
     def take_recompute(
         self, bid: int, epoch: int, outputs: dict[str, Expr]
@@ -366,25 +421,29 @@ class RedisRunState:
         if not self.client.hdel(self.results, f"rc:{bid}:{epoch}"):
             return None
         pipe = self.client.pipeline()
-        for node_id, expr in outputs.items():
-            pipe.hset(self.results, f"n:{node_id}:{epoch}", _dumps(expr))
         pipe.hget(self.results, f"rw:{bid}:{epoch}")
         pipe.hdel(self.results, f"rw:{bid}:{epoch}")
-        waiting = json.loads(pipe.execute()[-2] or b"[]")
+        waiting = json.loads(pipe.execute()[0] or b"[]")
         pairs = [x for node_id, expr in outputs.items() for x in (node_id, _dumps(expr))]
         if pairs:
-            self._replace_latest(keys=[self.results], args=[str(epoch), *pairs])
+            self._replace_latest(keys=[self.latest_outputs], args=[str(epoch), *pairs])
         return [(int(b), int(e)) for b, e in waiting]
 
     def recompute_arrived(self, bid: int, epoch: int) -> bool:
         """One recomputed input of the block is back; True when it was the last."""
-        return int(self.client.hincrby(self.results, f"rn:{bid}:{epoch}", -1)) <= 0
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(self.results, f"rn:{bid}:{epoch}", -1)
+        pipe.expire(self.results, self.ttl_s)
+        return int(pipe.execute()[0]) <= 0
 
     def first_noticed(self, what: str) -> float:
         """When a repair problem (``what``) was first noticed, for grace periods."""
         field = f"g:{what}"
-        self.client.hsetnx(self.results, field, time.time())
-        return float(self.client.hget(self.results, field) or time.time())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hsetnx(self.results, field, time.time())
+        pipe.expire(self.results, self.ttl_s)
+        pipe.hget(self.results, field)
+        return float(pipe.execute()[2] or time.time())
 
     def replace_distribution(self, distribution_json: str) -> None:
         """Store a new distribution and bump its version, so every process reloads it."""

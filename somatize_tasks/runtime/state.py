@@ -53,24 +53,6 @@ class LeafResult:
     started_at: float = 0.0
     ended_at: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "output": self.output,
-            "node_outputs": self.node_outputs,
-            "signals": self.signals,
-            "states": self.states,
-            "node_times": self.node_times,
-            "label": self.label,
-            "handoff": self.handoff,
-            "worker_id": self.worker_id,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LeafResult:
-        return cls(**data)
-
 
 def node_done(result: LeafResult, node_id: str, epoch: int) -> dict[str, Any]:
     """A finished node's status: its own times when the task measured them."""
@@ -92,7 +74,13 @@ class RunState(Protocol):
         """
         ...
 
-    def node_output(self, node_id: str, epoch: int) -> Expr | None: ...
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        """A Parallel branch's result, recorded and counted into the join at once:
+        whether it was recorded, and every branch's output if it was the last."""
+        ...
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         """The latest output of each of these nodes that has produced one."""
@@ -149,12 +137,12 @@ class MemoryRunState:
         self.output: Expr | None = None
         self.error: dict[str, Any] | None = None
         self.leaves: dict[tuple[int, int], LeafResult] = {}
-        self.outputs: dict[tuple[str, int], Expr] = {}
         self.latest_outputs: dict[str, Expr] = {}
         self.signals: dict[str, str] = {}
         self.states: dict[str, Expr] = {}
         self.inputs: dict[tuple[int, int], Expr] = {}
         self.joins: dict[tuple[int, int], list[Expr | None]] = {}
+        self.waiting: dict[tuple[int, int], int] = {}
         self.epochs: dict[int, tuple[int, int, int]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
 
@@ -165,17 +153,20 @@ class MemoryRunState:
         if not self.is_active() or (bid, epoch) in self.leaves:
             return False
         self.leaves[bid, epoch] = result
-        for node_id, expr in result.node_outputs.items():
-            self.outputs[node_id, epoch] = expr
-            self.latest_outputs[node_id] = expr
+        self.latest_outputs.update(result.node_outputs)
         self.signals.update(result.signals)
         self.states.update(result.states)
         for node_id in nodes:
             self.nodes[node_id] = node_done(result, node_id, epoch)
         return True
 
-    def node_output(self, node_id: str, epoch: int) -> Expr | None:
-        return self.outputs.get((node_id, epoch))
+    def record_and_join(
+        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        position: int,
+    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+        if not self.record_leaf(bid, epoch, nodes, result):
+            return False, None
+        return True, self.join(parallel, epoch, position, result.output)
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         found = self.latest_outputs
@@ -198,13 +189,15 @@ class MemoryRunState:
 
     def open_join(self, bid: int, epoch: int, expected: int) -> None:
         self.joins[bid, epoch] = [None] * expected
+        self.waiting[bid, epoch] = expected
 
     def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
         slots = self.joins[bid, epoch]
         if slots[position] is not None:
             return None
         slots[position] = expr
-        if any(slot is None for slot in slots):
+        self.waiting[bid, epoch] -= 1
+        if self.waiting[bid, epoch]:
             return None
         return [slot for slot in slots if slot is not None]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any
+from typing import IO, Any
 
 from somatize_tasks.codecs import codec_for, codec_named
 from somatize_tasks.settings import Settings
@@ -19,6 +19,18 @@ from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
 from somatize_tasks.store.ref import ArtifactRef, TransferType
 from somatize_tasks.store.shared import SharedStore, shared_store
+
+
+def _write_all(fh: IO[bytes], data: bytes) -> None:
+    fh.write(data)
+
+
+def _surely_larger(value: Any, limit: int) -> bool:
+    """Whether ``value`` cannot be inlined, known without encoding it."""
+    size = getattr(value, "nbytes", None)
+    if size is None and isinstance(value, bytes | bytearray):
+        size = len(value)
+    return size is not None and int(size) > limit
 
 
 class ArtifactStore:
@@ -42,15 +54,36 @@ class ArtifactStore:
         return f"the cache of worker '{self.worker_id}'"
 
     def put(self, run_id: str, node_id: str, iteration: int, value: Any) -> ArtifactRef:
-        """Encode ``value`` into the local cache; small values are inlined in the ref too."""
+        """Encode ``value``: small values ride inline in the ref (nothing is written to
+        disk), larger ones go to the local cache."""
         key = artifact_key(run_id, node_id, iteration)
         codec = codec_for(value)
-        size = self.cache.write(key, lambda fh: codec.write(value, fh))
         inline = None
-        if size <= self.settings.inline_max_bytes:
-            inline = base64.b64encode(self.cache.path_for(key).read_bytes()).decode("ascii")
+        if _surely_larger(value, self.settings.inline_max_bytes):
+            size = self.cache.write(key, lambda fh: codec.write(value, fh))
+            self._share_on_write(key)
+        else:
+            buffer = io.BytesIO()
+            codec.write(value, buffer)
+            data = buffer.getvalue()
+            size = len(data)
+            if size <= self.settings.inline_max_bytes:
+                inline = base64.b64encode(data).decode("ascii")
+            else:
+                self.cache.write(key, lambda fh: _write_all(fh, data))
+                self._share_on_write(key)
         return ArtifactRef(run_id=run_id, node_id=node_id, iteration=iteration,
                            codec=codec.name, size=size, inline=inline, worker_id=self.worker_id)
+
+    @property
+    def shares_on_write(self) -> bool:
+        """A shared directory (one machine): every value is linked into it when written,
+        so another worker reads it (by link) without a transfer task."""
+        return self.settings.store_kind == "local"
+
+    def _share_on_write(self, key: str) -> None:
+        if self.shares_on_write:
+            self.shared.upload(self.cache.path_for(key), key)
 
     def get(self, ref: ArtifactRef) -> Any:
         """The value: from the ref itself, else the local cache, else the shared store."""
@@ -59,7 +92,10 @@ class ArtifactStore:
         if raw is not None:
             return codec.read(io.BytesIO(raw))
         self.download(ref)
-        with self.cache.checked_path(ref.key, ref.size, self._where()).open("rb") as fh:
+        path = self.cache.checked_path(ref.key, ref.size, self._where())
+        if codec.read_file is not None:
+            return codec.read_file(path)
+        with path.open("rb") as fh:
             return codec.read(fh)
 
     def has_local(self, ref: ArtifactRef) -> bool:

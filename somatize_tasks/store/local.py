@@ -51,6 +51,20 @@ class LocalDir:
 
         return self.write(key, copy)
 
+    def link_in(self, source: Path, key: str) -> int:
+        """Put ``source`` in under ``key`` without copying it (a hard link), when it is
+        on the same file system; a copy otherwise. Artifacts are never changed in
+        place (every write is a new file), so sharing the file is safe."""
+        final = self.path_for(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            os.link(source, temp)
+        except OSError:  # another file system, or no hard links there
+            return self.copy_in(source, key)
+        os.replace(temp, final)
+        return final.stat().st_size
+
     def has(self, key: str, size: int) -> bool:
         """True if a complete copy of ``size`` bytes is here."""
         try:

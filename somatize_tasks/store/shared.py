@@ -61,7 +61,11 @@ class SharedStore(Protocol):
 
 
 class DirectoryStore:
-    """A shared directory: every worker on this machine sees the same files."""
+    """A shared directory: every worker on this machine sees the same files.
+
+    Values move in and out by hard link where the caches are on the same file
+    system, so a value crosses workers on one machine without a copy.
+    """
 
     def __init__(self, root: Path) -> None:
         self.dir = LocalDir(root)
@@ -73,10 +77,10 @@ class DirectoryStore:
         return self.dir.has(key, size)
 
     def upload(self, source: Path, key: str) -> None:
-        self.dir.copy_in(source, key)
+        self.dir.link_in(source, key)
 
     def download(self, key: str, dest: LocalDir, size: int) -> None:
-        dest.copy_in(self.dir.checked_path(key, size, self.describe()), key)
+        dest.link_in(self.dir.checked_path(key, size, self.describe()), key)
 
     def delete_prefix(self, prefix: str) -> None:
         self.dir.delete_prefix(prefix)

@@ -130,9 +130,35 @@ def test_directory_store_works_without_s3(settings: Settings, tmp_path: Path) ->
                                         "cache_dir": tmp_path / "cache"})
     source, target = ArtifactStore(local, "dir-a"), ArtifactStore(local, "dir-b")
     ref = source.put(run_id(), "n", 0, list(range(1000)))
-    assert source.upload(ref) == "s3"
-    assert source.upload(ref) == "cached"
+    assert source.upload(ref) == "cached"  # linked into the shared directory when written
     assert target.get(ref) == list(range(1000))
+
+
+def test_on_one_machine_a_value_crosses_workers_without_a_copy(
+    settings: Settings, tmp_path: Path
+) -> None:
+    local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
+                                        "cache_dir": tmp_path / "cache"})  # fmt: skip
+    source, target = ArtifactStore(local, "dir-a"), ArtifactStore(local, "dir-b")
+    value = np.arange(200_000, dtype=np.float64)
+    ref = source.put(run_id(), "big", 0, value)
+    assert ref.inline is None
+    read = target.get(ref)
+    assert np.array_equal(read, value)
+    assert isinstance(read, np.memmap) and not read.flags.writeable  # mapped, not copied
+    files = [source.cache.path_for(ref.key), target.cache.path_for(ref.key),
+             local.store_dir / ref.key]  # fmt: skip
+    assert len({f.stat().st_ino for f in files}) == 1  # one file, three names
+
+
+def test_a_small_value_travels_inline_and_touches_no_disk(
+    settings: Settings, tmp_path: Path
+) -> None:
+    local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
+                                        "cache_dir": tmp_path / "cache"})  # fmt: skip
+    ref = ArtifactStore(local, "dir-a").put(run_id(), "tiny", 0, 1)
+    assert ref.inline is not None
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
 def test_unreachable_s3_names_endpoint_and_bucket_not_the_secret(settings: Settings) -> None:
