@@ -64,9 +64,9 @@ class PlacementError(SchedulerError, ValueError):
         self.total_workers = total
         reasons = ", ".join(f"{n} {why}" for why, n in rejections.items())
         detail = f": {reasons}" if reasons else ""
+        self.problem = f"0/{total} workers can take '{node_id}' (target {target}){detail}"
         super().__init__(
-            f"0/{total} workers can take '{node_id}' (target {target}){detail}. "
-            "Start a worker that satisfies the target, free capacity on one, "
+            f"{self.problem}. Start a worker that satisfies the target, free capacity on one, "
             "or pass allow_local_fallback=True to run the plan locally."
         )
 

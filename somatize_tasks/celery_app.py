@@ -16,6 +16,8 @@ import ssl
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
+from kombu import Connection
 
 from somatize_tasks.settings import Settings
 
@@ -33,8 +35,47 @@ _SSL_CERT_REQS = {
 }
 
 
+class HonestConnection(Connection):
+    """A broker connection whose printed URL masks a password only when there is one.
+
+    kombu prints ``redis://:**@host`` for a URL without any password, which
+    reads as if one were set; Celery's banner and "Connected to" log use it.
+    """
+
+    def as_uri(self, include_password: bool = False, mask: str = "**",
+               getfields: Any = None) -> str:  # fmt: skip
+        if getfields is None:
+            uri = str(super().as_uri(include_password, mask))
+        else:
+            uri = str(super().as_uri(include_password, mask, getfields))
+        if not include_password and not self.password:
+            uri = uri.replace(f":{mask}@", "@", 1).replace("://@", "://", 1)
+        return uri
+
+
+class ShadowNamedAMQP(AMQP):
+    """Task messages whose ``task-sent`` event carries the shadow name too.
+
+    Celery names a message by its ``shadow`` in the worker's events but by
+    the task in the producer's ``task-sent``; a sent event that reaches
+    Flower after the received one would rename ``node:train_svm`` back to
+    ``somatize.node.run``. Routing still uses the task name in the headers.
+    """
+
+    Connection = HonestConnection
+
+    def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        message = super().as_task_v2(task_id, name, *args, **kwargs)
+        shadow = message.headers.get("shadow")
+        if shadow and message.sent_event is not None:
+            message.sent_event["name"] = shadow
+        return message
+
+
 class SomatizeCelery(Celery):
     """A Celery app that carries its :class:`Settings` (built lazily if not given)."""
+
+    amqp_cls = f"{__name__}:ShadowNamedAMQP"
 
     def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
         super().__init__("somatize_tasks", **kwargs)

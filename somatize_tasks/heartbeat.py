@@ -31,14 +31,21 @@ log = logging.getLogger(__name__)
 
 
 def count_node_jobs(requests: Iterable[Any] | None = None) -> int:
-    """How many node tasks are executing: requests named ``somatize.node.*``."""
+    """How many node tasks are executing: requests of a ``somatize.node.*`` task.
+
+    The task's own name (``type``), not ``name``: a message's shadow name
+    (``node:train_svm``, what Flower shows) replaces ``name``.
+    """
     source = worker_state.active_requests if requests is None else requests
     for _ in range(10):
         try:
             snapshot = list(source)
         except RuntimeError:  # the set changed under us in the main thread; look again
             continue
-        return sum(1 for request in snapshot if str(request.name).startswith(NODE_TASK_PREFIX))
+        return sum(
+            1 for request in snapshot
+            if str(getattr(request, "type", request.name)).startswith(NODE_TASK_PREFIX)
+        )
     return 0
 
 

@@ -26,6 +26,8 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:run:<id>:done``       SET     node ids done (progress)
     ``<p>:run:<id>:transfers``  LIST    transfer records, for status and timeline
     ``<p>:run:<id>:finished``   LIST    one item pushed when the run ends (wait)
+    ``<p>:run:<id>:history``    LIST    every node attempt's start/end/failure,
+                                        bounded (:mod:`somatize_tasks.history`)
     ``<p>:run:<id>:lease``      STRING  who is repairing the run now (PX lease)
     ==========================  ======  ==========================================
 

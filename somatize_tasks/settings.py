@@ -42,6 +42,14 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _shown(value: str) -> str:
+    """A malformed URL fit for an error message: anything before an ``@`` masked."""
+    return "***@" + value.rsplit("@", 1)[1] if "@" in value else value
+
+
 def _split_commas(value: Any) -> Any:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -133,6 +141,33 @@ class Settings(BaseSettings):
                 "or a live worker would flicker out between heartbeats"
             )
         return self
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        parts = urlsplit(value)
+        try:
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok = False
+        db = parts.path.strip("/")
+        if (parts.scheme not in _REDIS_SCHEMES or "://" not in value or not port_ok
+                or (parts.scheme != "unix" and db and not db.isdigit())):
+            raise ValueError(
+                f"{_shown(value)!r} is not a Redis URL; write it as redis://HOST:PORT/DB "
+                "(for example redis://localhost:6379/0; rediss:// for TLS, unix:// for a socket)"
+            )
+        return value
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _has_scheme(cls, value: str | None) -> str | None:
+        if value is not None and "://" not in value:
+            raise ValueError(
+                f"{_shown(value)!r} is not a URL; it needs a scheme, such as "
+                "redis://localhost:6379/0 or amqp://guest@localhost//"
+            )
+        return value
 
     @field_validator("s3_prefix")
     @classmethod

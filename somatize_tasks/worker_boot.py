@@ -9,7 +9,10 @@ both end here, so the environment alone is enough for the second:
   Flower lists workers by their somatize ids;
 - it imports its catalog modules (``Settings.nodes``) in the main process,
   before the pool forks, and records its id in the catalog for errors;
-- the heartbeat bootstep registers it while its pool runs.
+- the heartbeat bootstep registers it while its pool runs;
+- its start-up banner shows the broker without a password mask when there is
+  no password (kombu prints ``redis://:**@`` either way) and lists the
+  catalog it loaded, so a wrong ``--nodes`` shows before the first task.
 
 The handler is connected when this module is imported, which the package's
 ``__init__`` does, so every somatize app's workers get it.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import celeryd_init
@@ -50,3 +54,20 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
         "worker %s consuming %s from %s; catalog: %s",
         settings.worker_id, own_queue, redacted_url(settings.broker), ", ".join(names) or "empty",
     )
+    original: Callable[..., str] = instance.startup_info
+    instance.startup_info = lambda artlines=True: banner(
+        original(artlines=artlines), redacted_url(settings.broker), names
+    )
+
+
+def banner(text: str, broker: str, catalog: list[str]) -> str:
+    """Celery's start-up banner with our broker line and a catalog section added."""
+    lines = [
+        line.split(".> transport:")[0] + f".> transport:   {broker}"
+        if ".> transport:" in line else line
+        for line in text.rstrip("\n").split("\n")
+    ]  # fmt: skip
+    shown = ", ".join(catalog) if catalog else "empty: no --nodes (or SOMATIZE_NODES) given"
+    noun = "node" if len(catalog) == 1 else "nodes"
+    lines += ["", f" -------------- [catalog] {len(catalog)} {noun}", f"                .> {shown}"]
+    return "\n".join(lines) + "\n"

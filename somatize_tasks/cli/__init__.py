@@ -10,8 +10,10 @@ import importlib
 
 import click
 
+from somatize_tasks.cli.common import FriendlyGroup
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="somatize-tasks")
 def main() -> None:
     """Route Soma execution plans across Celery workers."""
@@ -27,6 +29,8 @@ _COMMAND_MODULES = (
     "demo",
     "timeline",
     "cluster",
+    "export",
+    "dashboard",
 )
 
 for _name in _COMMAND_MODULES:

@@ -11,6 +11,7 @@ file can never stop an unrelated process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -42,9 +43,35 @@ def default_run_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"somatize-cluster-{os.getuid()}"
 
 
+def _pointer() -> Path:
+    """Where ``up`` remembers its run directory, so ``env``/``status``/``down`` find it."""
+    default = default_run_dir()
+    return default.with_name(default.name + ".last")
+
+
+def resolve_run_dir(given: Path | None) -> Path:
+    """The run directory given, else the one the last ``up`` used (if its cluster is
+    still recorded there), else the default."""
+    if given is not None:
+        return given
+    try:
+        remembered = Path(_pointer().read_text(encoding="utf-8").strip())
+    except OSError:
+        return default_run_dir()
+    if str(remembered) and SavedCluster.load(remembered) is not None:
+        return remembered
+    return default_run_dir()
+
+
+def _forget(run_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        if Path(_pointer().read_text(encoding="utf-8").strip()) == run_dir.resolve():
+            _pointer().unlink()
+
+
 run_dir_option = click.option(
-    "--run-dir", type=click.Path(file_okay=False, path_type=Path), default=default_run_dir,
-    show_default="<tmp>/somatize-cluster-<uid>",
+    "--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    show_default="the last `cluster up`'s, else <tmp>/somatize-cluster-<uid>",
     help="Where the cluster keeps its state, logs, store and caches.",
 )
 
@@ -70,8 +97,10 @@ def cluster() -> None:
               help="Node slots per worker.")
 @run_dir_option
 @friendly_errors
-def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int, run_dir: Path) -> None:
+def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int,
+       run_dir: Path | None) -> None:
     """Start Redis and the workers, wait for their heartbeats, print the exports to use them."""
+    run_dir = run_dir or default_run_dir()
     existing = SavedCluster.load(run_dir)
     if existing is not None and existing.alive():
         raise ClusterError(
@@ -88,6 +117,7 @@ def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int, run_dir:
         with interrupts_raise():
             local.start(lambda message: people.print(f"[green]✓[/green] {message}"))
             save_state(local)
+            _pointer().write_text(f"{run_dir.resolve()}\n", encoding="utf-8")
     except BaseException:
         local.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -109,8 +139,9 @@ def _saved(run_dir: Path) -> SavedCluster:
 @cluster.command("down")
 @run_dir_option
 @friendly_errors
-def down(run_dir: Path) -> None:
+def down(run_dir: Path | None) -> None:
     """Stop every process of the cluster and remove its run directory."""
+    run_dir = resolve_run_dir(run_dir)
     saved = SavedCluster.load(run_dir)
     if saved is None:
         people.print(f"no cluster recorded in {run_dir}: nothing to stop")
@@ -120,22 +151,25 @@ def down(run_dir: Path) -> None:
     if left:
         raise ClusterError(f"could not stop {', '.join(left)}; see the logs in {run_dir / 'logs'}")
     shutil.rmtree(run_dir, ignore_errors=True)
+    _forget(run_dir)
     people.print(f"stopped {running} process(es); removed {run_dir}")
 
 
 @cluster.command("env")
 @run_dir_option
 @friendly_errors
-def env(run_dir: Path) -> None:
+def env(run_dir: Path | None) -> None:
     """Print the export lines for the running cluster."""
+    run_dir = resolve_run_dir(run_dir)
     click.echo(export_lines(_saved(run_dir).env))
 
 
 @cluster.command("status")
 @run_dir_option
 @friendly_errors
-def status(run_dir: Path) -> None:
+def status(run_dir: Path | None) -> None:
     """Which of the cluster's processes run, and its live workers."""
+    run_dir = resolve_run_dir(run_dir)
     saved = _saved(run_dir)
     console = Console(highlight=False)
     for process in saved.processes:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import click
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from scheduler import SchedulerError
@@ -70,3 +71,31 @@ def friendly_errors(command: Callable[P, R]) -> Callable[P, R]:
             ) from None
 
     return wrapper
+
+
+def settings_problems(exc: ValidationError, flags: dict[str, str] | None = None) -> str:
+    """A settings validation error as one line naming what the user set: the
+    command-line flag in ``flags`` (field -> ``--flag``), else the variable."""
+    problems = []
+    for error in exc.errors():
+        names = [str(part) for part in error["loc"]]
+        where = "SOMATIZE_" + "_".join(names).upper() if names else "settings"
+        where = (flags or {}).get("_".join(names), where)
+        problems.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
+    return "; ".join(problems)
+
+
+class FriendlyGroup(click.Group):
+    """A command group where invalid settings (``SOMATIZE_*``) are one ``Error:`` line.
+
+    Every command builds its :class:`~somatize_tasks.settings.Settings` from the
+    environment; catching the validation error here covers them all at once.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValidationError as exc:
+            if exc.title != "Settings":
+                raise
+            raise click.ClickException(f"invalid settings: {settings_problems(exc)}") from None

@@ -32,9 +32,10 @@ from somatize_tasks.errors import RunError
 from somatize_tasks.local_cluster import LocalCluster, worker_specs
 from somatize_tasks.local_cluster.processes import interrupts_raise
 from somatize_tasks.registry import Registry
+from somatize_tasks.run_record import read_run
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.submit import submit_plan
-from somatize_tasks.timeline import write_timeline
+from somatize_tasks.timeline_page import write_timeline
 
 console = Console(highlight=False)
 DEMO_TAGS = ("gpu", "cpu", "cpu")
@@ -117,7 +118,7 @@ def _run(cluster: LocalCluster, pause_s: float, timeline_path: Path | None) -> N
         raise click.ClickException(f"the example run failed: {exc}") from None
     _report(run, status, output)
     if timeline_path is not None:
-        write_timeline(status, timeline_path)
+        write_timeline(status, timeline_path, read_run(settings, run.id).history)
         console.print(f"timeline written to [bold]{timeline_path}[/bold]")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,8 +26,10 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler import (
+    DataTransfer,
     DistributionPlan,
     ExecutionPlan,
+    PlacementError,
     SchedulerError,
     WorkerInfo,
     data_edges,
@@ -92,6 +95,11 @@ def plan_command(
             allow_local_fallback=allow_local_fallback,
             predecessors=given.predecessors,
         )
+    except PlacementError as exc:
+        raise click.ClickException(
+            f"{exc.problem}. Start a worker that satisfies the target, free capacity on one, "
+            "or pass --allow-local-fallback to print an empty plan instead."
+        ) from None
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     except UnicodeDecodeError as exc:
@@ -145,9 +153,18 @@ def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleI
 
 
 def print_report(
-    result: DistributionPlan, workers: list[WorkerInfo], console: Console | None = None
+    result: DistributionPlan,
+    workers: list[WorkerInfo],
+    console: Console | None = None,
+    via: Callable[[DataTransfer], str] | None = None,
 ) -> None:
-    """Per worker its nodes in execution order, then phases, transfers and warnings."""
+    """Per worker its nodes in execution order, then phases, transfers and warnings.
+
+    ``via`` words each transfer's "via" cell; by default the scheduler's
+    ``transfer_type``. A run knows better (its store may be a directory, a
+    small value goes inline), so ``submit`` passes its own.
+    """
+    via = via or (lambda t: t.transfer_type)
     console = console or Console(highlight=False)
     phase_of = {n: p.phase_index for p in result.phases for n in p.node_ids}
     moves_in: dict[str, int] = defaultdict(int)
@@ -158,7 +175,7 @@ def print_report(
     console.print(
         f"[bold]{len(result.assignments)} nodes[/] on "
         f"{len({a.worker_id for a in result.assignments})} of {len(workers)} workers, "
-        f"{len(result.phases)} phases, {len(result.data_transfers)} transfers"
+        f"{_count(len(result.phases), 'phase')}, {_count(len(result.data_transfers), 'transfer')}"
     )
     for worker in workers:
         rows = [a for a in result.assignments if a.worker_id == worker.id]
@@ -189,7 +206,7 @@ def print_report(
             moves.add_column(column)
         for t in result.data_transfers:
             moves.add_row(f"{t.from_node} @ {t.from_worker}", f"{t.to_node} @ {t.to_worker}",
-                          t.transfer_type)  # fmt: skip
+                          via(t))  # fmt: skip
         console.print(moves)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler import DistributionPlan, WorkerInfo
+from scheduler import DistributionPlan, PlacementError, WorkerInfo
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import (
     friendly_errors,
@@ -32,7 +32,7 @@ from somatize_tasks.cli.plan import print_report
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.local import run_local
 from somatize_tasks.runtime.states import write_bundle
-from somatize_tasks.runtime.submit import submit_plan
+from somatize_tasks.runtime.submit import NoWorkersError, submit_plan
 from somatize_tasks.settings import Settings
 
 people = Console(stderr=True)
@@ -51,11 +51,39 @@ def _json_out(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
-def _show_distribution(distribution: DistributionPlan) -> None:
-    """The placement report of ``somatize-tasks plan``, for the workers the run uses."""
+def _show_distribution(distribution: DistributionPlan, settings: Settings) -> None:
+    """The placement report of ``somatize-tasks plan``, for the workers the run uses,
+    with each transfer named as this run moves it (the scheduler only says "s3")."""
     names = {a.worker_id: a.worker_name for a in distribution.assignments}
     workers = [WorkerInfo(id=wid, name=name) for wid, name in names.items()]
-    print_report(distribution, workers, console=people)
+    print_report(distribution, workers, console=people, via=lambda _: transfer_words(settings))
+
+
+def transfer_words(settings: Settings) -> str:
+    """How a value crosses workers in this deployment: inline when small, else the store."""
+    store = "s3" if settings.store_kind == "s3" else "shared directory"
+    return f"inline if ≤ {_size(settings.inline_max_bytes)}, else {store}"
+
+
+def _size(n: int) -> str:
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
+
+
+def _cancel_on_second_interrupt(run: PlanRun, window_s: float = 2.0) -> None:
+    """After a Ctrl-C: the run goes on; say so, and cancel it if Ctrl-C comes again soon."""
+    people.print(
+        f"\n[yellow]stopped following run {run.id}; it goes on on the workers.[/yellow]\n"
+        f"cancel it with: somatize-tasks cancel {run.id}\n"
+        f"(press Ctrl-C again within {window_s:.0f} s to cancel it now)"
+    )
+    try:
+        time.sleep(window_s)
+    except KeyboardInterrupt:
+        if run.cancel():
+            people.print(f"run {run.id} cancelled")
+        else:
+            people.print(f"run {run.id} had already ended; nothing to cancel")
+    raise SystemExit(130)
 
 
 plan_argument = click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False))
@@ -139,23 +167,40 @@ def submit(
 ) -> None:
     """Submit PLAN.json to the live workers (a plan, or {"plan", "predecessors"})."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
+    settings = Settings.from_env()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = submit_plan(
-            plan, **inputs, **run_options, require_workers=require_workers,
-            settings=Settings.from_env(),
-        )  # fmt: skip
+        try:
+            run = submit_plan(
+                plan, **inputs, **run_options, require_workers=require_workers,
+                settings=settings,
+            )  # fmt: skip
+        except NoWorkersError as exc:
+            raise click.ClickException(
+                f"{exc.reason}; refusing to run here (--require-workers). Start a worker "
+                "(somatize-tasks worker --tags ...), or drop --require-workers to run the plan "
+                "in this process."
+            ) from None
+        except PlacementError as exc:
+            raise click.ClickException(
+                f"{exc.problem}. Start a worker that satisfies the target, or free capacity "
+                "on one."
+            ) from None
     for warning in caught:  # for people: one line each, not Python's warning format
         people.print(f"[yellow]warning:[/yellow] {warning.message}")
     people.print(f"run [bold]{run.id}[/bold]")
-    _show_distribution(run.distribution)
+    _show_distribution(run.distribution, settings)
     if not wait:
         if as_json:
             _json_out({"run_id": run.id, "distribution": run.distribution.model_dump(mode="json")})
         else:
             people.print(f"follow it with: somatize-tasks status {run.id}")
+            click.echo(run.id)  # stdout: RUN=$(somatize-tasks submit plan.json)
         return
-    follow(run, timeout)
+    try:
+        follow(run, timeout)
+    except KeyboardInterrupt:
+        _cancel_on_second_interrupt(run)
     output = run.wait(timeout=5)
     if as_json:
         _json_out(output)

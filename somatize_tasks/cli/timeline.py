@@ -1,8 +1,9 @@
 """``somatize-tasks timeline RUN_ID -o run.html``: draw a run as a Gantt chart.
 
-A row per worker, a bar per node coloured by state, transfers as arrows,
-durations on the bars. ``.svg`` writes the bare SVG; ``.html`` a page with
-the SVG, a legend and the node and transfer tables. Nothing is fetched
+A row per worker, a bar per node attempt coloured by state (every loop pass
+and a dead worker's unfinished attempt included), failures in red with their
+error, nodes that never ran marked, transfers as arrows. ``.svg`` writes the
+bare SVG; ``.html`` a page with the SVG, the failure and the tables. Nothing is fetched
 from the network to view either.
 """
 
@@ -14,9 +15,9 @@ import click
 
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
-from somatize_tasks.runtime.handle import PlanRun
+from somatize_tasks.run_record import read_run
 from somatize_tasks.settings import Settings
-from somatize_tasks.timeline import write_timeline
+from somatize_tasks.timeline_page import write_timeline
 
 SUFFIXES = (".html", ".htm", ".svg")
 
@@ -31,9 +32,10 @@ def timeline(run_id: str, output: Path) -> None:
     """Draw run RUN_ID as a timeline: a row per worker, a bar per node, arrows for transfers."""
     if output.suffix.lower() not in SUFFIXES:
         raise click.UsageError(f"--output must end in .html or .svg, not '{output.name}'")
-    status = PlanRun.attach(run_id, Settings.from_env()).status()
+    record = read_run(Settings.from_env(), run_id)
+    status = record.status
     try:
-        write_timeline(status, output)
+        write_timeline(status, output, record.history)
     except OSError as exc:
         raise click.ClickException(f"cannot write '{output}': {exc.strerror}") from None
     click.echo(f"wrote {output} ({status.state}, {len(status.nodes)} nodes, "

@@ -15,11 +15,13 @@ from pydantic import ValidationError
 from somatize_tasks.catalog import load_catalog_modules
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.cli import main
+from somatize_tasks.cli.common import settings_problems
 from somatize_tasks.errors import CatalogError
 from somatize_tasks.keys import queue_name
 from somatize_tasks.settings import Settings
 
 _CONCURRENCY_FLAGS = ("-c", "--concurrency")
+_FLAGS = {"worker_tags": "--tags", "worker_name": "--name", "gpu": "--gpu/--no-gpu"}
 
 
 def worker_settings(**options: Any) -> Settings:
@@ -28,11 +30,9 @@ def worker_settings(**options: Any) -> Settings:
     try:
         return Settings.from_env(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise click.UsageError(f"invalid worker settings: {problems}") from None
+        flags = {name: _FLAGS.get(name, "--" + name.replace("_", "-")) for name in overrides}
+        problems = settings_problems(exc, flags)
+        raise click.ClickException(f"invalid worker settings: {problems}") from None
 
 
 def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:

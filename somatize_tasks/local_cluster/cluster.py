@@ -16,6 +16,7 @@ pick up, say, a production S3 bucket.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ from somatize_tasks.local_cluster.redis_server import (
     find_redis_server,
     start_redis,
 )
+from somatize_tasks.machine import detect_gpu
 from somatize_tasks.registry import Registry
 from somatize_tasks.settings import Settings
 
@@ -48,14 +50,20 @@ REDIS_STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One worker to start: its id and tags; ``gpu`` is forced from the ``gpu`` tag."""
+    """One worker to start: its id and tags; ``gpu`` needs the tag *and* a GPU here."""
 
     worker_id: str
     tags: tuple[str, ...]
 
     @property
     def gpu(self) -> bool:
-        return "gpu" in self.tags
+        """A ``gpu`` tag routes ``Tag: gpu`` work; claiming a GPU the machine lacks would lie."""
+        return "gpu" in self.tags and _machine_has_gpu()
+
+
+@functools.cache
+def _machine_has_gpu() -> bool:
+    return detect_gpu()
 
 
 def worker_specs(count: int, tags: Sequence[str], prefix: str = "local") -> list[WorkerSpec]:

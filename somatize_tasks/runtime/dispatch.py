@@ -184,6 +184,7 @@ class CeleryDispatcher:
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
             kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
+            shadow=node_shadow(block.task_node_ids()),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
             ignore_result=True,
@@ -204,6 +205,7 @@ class CeleryDispatcher:
             queue=queue_name(batch[0][0].worker_id or ""),
             task_id=task_id,
             kwargsrepr=_describe(self.run_id, nodes, batch[0][1]),
+            shadow=node_shadow(nodes),
             soft_time_limit=soft_s,  # type: ignore[arg-type]
             time_limit=hard_s,  # type: ignore[arg-type]
             ignore_result=True,
@@ -242,6 +244,7 @@ class CeleryDispatcher:
         steps: list[Signature] = []
         source = ref.get("worker_id")
         shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
+        route = f"{ref['node_id']} {source}->{worker}"
         if source not in self._no_upload:
             steps.append(
                 app.signature(
@@ -251,6 +254,7 @@ class CeleryDispatcher:
                     queue=queue_name(source or ""),
                     argsrepr=shown,
                     ignore_result=True,
+                    shadow=f"transfer:upload {route}",
                 )
             )
         steps.append(
@@ -261,11 +265,13 @@ class CeleryDispatcher:
                 queue=queue_name(worker),
                 argsrepr=shown,
                 ignore_result=True,
+                shadow=f"transfer:download {route}",
             )
         )
         steps.append(app.signature(
             INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
             queue=queue_name(worker), argsrepr=shown, ignore_result=True,
+            shadow=f"transfer:ready {route}",
         ))  # fmt: skip
         failed = app.signature(
             TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)
@@ -282,6 +288,14 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
         "from_worker": ref.get("worker_id"), "to_worker": worker,
         "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
     })  # fmt: skip
+
+
+def node_shadow(nodes: list[str]) -> str:
+    """The name Flower lists a node task under (``node:train_svm``, ``node:a+b`` for
+    a block or batch of several, ``node:a+b+c+5 more`` past four); the task itself
+    stays ``somatize.node.run`` (or ``.batch``), so routing never depends on it."""
+    shown = nodes if len(nodes) <= 4 else [*nodes[:3], f"{len(nodes) - 3} more"]
+    return "node:" + "+".join(shown)
 
 
 def _scaled(

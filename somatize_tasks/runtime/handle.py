@@ -263,6 +263,7 @@ class PlanRun:
                     args=(ref,),
                     queue=queue_name(holder),
                     argsrepr=f"run={self.id} node={artifact.node_id} {holder}->producer",
+                    shadow=f"transfer:upload {artifact.node_id} {holder}->producer",
                 ).get(timeout=timeout, disable_sync_subtasks=False)
             return store.get(artifact)
 

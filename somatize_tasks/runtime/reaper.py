@@ -168,10 +168,10 @@ class _Repair:
         for bid, epoch in sorted(blocks):
             self._redispatch(program, dispatcher, program.blocks[bid], epoch)
         log.warning(
-            "run %s: re-routed blocks %s away from dead worker(s) %s",
+            "run %s: re-routed %s away from dead worker(s) %s",
             self.run_id,
-            sorted(blocks),
-            sorted(dead),
+            describe_blocks(program, sorted(blocks)),
+            ", ".join(sorted(dead)),
         )
         return True
 
@@ -354,6 +354,16 @@ class _Repair:
             if block is not None:
                 lost[(block.index, artifact.iteration)] = (block, artifact.iteration)
         return list(lost.values())
+
+
+def describe_blocks(program: Program, blocks: list[tuple[int, int]]) -> str:
+    """Blocks as people know them: node ids, with the loop pass when not the first
+    (``train_svm, evaluate (pass 2)``), never internal ``(block, epoch)`` pairs."""
+    shown = []
+    for bid, epoch in blocks:
+        nodes = "+".join(program.blocks[bid].task_node_ids())
+        shown.append(f"{nodes} (pass {epoch})" if epoch else nodes)
+    return "node(s) " + ", ".join(shown)
 
 
 def finish_recompute(

@@ -64,7 +64,17 @@ StatesFrom = str | Path | Mapping[str, Any]
 
 
 class NoWorkersError(SomatizeError):
-    """``require_workers=True`` and no live worker could take the plan."""
+    """``require_workers=True`` and no live worker could take the plan.
+
+    ``reason`` is why, without the hint, so the CLI can name its own flag.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
+            "without require_workers=True to run the plan in this process."
+        )
 
 
 class PlanInputError(SomatizeError, ValueError):
@@ -348,11 +358,8 @@ def _run_here(
 ) -> PlanRun:
     if request.plan.node_ids():
         reason = "; ".join(w for w in distribution.warnings) or "no live workers"
-        if require_workers:
-            raise NoWorkersError(
-                f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
-                "without require_workers=True to run the plan in this process."
-            )
+        if require_workers:  # refusing: the scheduler's "will execute locally" would be untrue
+            raise NoWorkersError(reason.replace(" — will execute locally", ""))
         warnings.warn(f"{reason}: running the plan in this process", RuntimeWarning, stacklevel=3)
     states = dict(request.states)
     states.update({n: context.values.get_value(e["ref"]) for n, e in request.state_refs.items()})

@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
@@ -70,14 +71,17 @@ def execute_block(
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
+    history.record(context, run_id, nodes, "running", epoch)
     try:
         result = run_block(
             engine.program, block, run_id, epoch, input_expr,
             store=context.values, catalog=default_catalog, worker_id=context.worker_id,
         )  # fmt: skip
     except Exception as exc:
+        history.record_failure(context, run_id, nodes, epoch, exc)
         engine.node_failed(block, epoch, exc, context.worker_id)
         raise
+    history.record_done(context, run_id, nodes, epoch, result.node_times, result.ended_at)
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.

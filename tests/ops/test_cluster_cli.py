@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from somatize_tasks.machine import detect_gpu
 from tests.ops.helpers import cli, cli_env, marked_processes, new_marker, wait_no_marked
 
 EXAMPLES = resources.files("somatize_tasks.examples")
@@ -31,7 +32,8 @@ def _exports(stdout: str) -> dict[str, str]:
 def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
     marker = new_marker()
     run_dir = tmp_path / "cluster"
-    env = cli_env(marker)
+    (tmp_path / "tmp").mkdir()
+    env = cli_env(marker, TMPDIR=str(tmp_path / "tmp"))  # the remembered run dir lives there
     up = _run(["cluster", "up", "--workers", "2", "--tags", "gpu,cpu", "--run-dir", str(run_dir)],
               env)
     try:
@@ -46,6 +48,13 @@ def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
 
         listed = _run(["cluster", "env", "--run-dir", str(run_dir)], env)
         assert _exports(listed.stdout) == exports
+        # What `up` tells people to paste: `eval "$(somatize-tasks cluster env)"`, no --run-dir.
+        remembered = _run(["cluster", "env"], env)
+        assert remembered.returncode == 0, remembered.stderr
+        assert _exports(remembered.stdout) == exports
+        shown = json.loads(_run(["workers", "--json"], {**env, **exports}).stdout)
+        gpu_worker = next(w for w in shown if w["id"] == "local-gpu-1")
+        assert gpu_worker["gpu"] is detect_gpu()  # a gpu tag alone claims no GPU
         status = _run(["cluster", "status", "--run-dir", str(run_dir)], env)
         assert status.returncode == 0 and "2 live worker(s)" in status.stdout, status.stderr
 
@@ -58,7 +67,7 @@ def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
         assert output["budget"] == 3 and output["accuracy"] == pytest.approx(0.955)
         assert "local-gpu-1" in submit.stderr  # the distribution shows the gpu worker
     finally:
-        down = _run(["cluster", "down", "--run-dir", str(run_dir)], env)
+        down = _run(["cluster", "down"], env)  # the remembered run dir, again
     assert down.returncode == 0, down.stderr
     assert "stopped 3 process(es)" in down.stderr
     assert wait_no_marked(marker, timeout_s=5) == []

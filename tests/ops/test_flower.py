@@ -2,7 +2,9 @@
 
 Node and transfer tasks must show in Flower with readable names and
 arguments (run id and node id, never the values) and on the worker that
-ran them; the API must refuse a request without the password.
+ran them; the API must refuse a request without the password. The name
+column itself says which node a row is (Celery's ``shadow`` name,
+``node:train_svm``), so nobody has to open a task to find out.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,34 +123,66 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     def seen_all() -> bool:
         tasks = _tasks_of_run(flower, run.id).values()
         names = [t["name"] for t in tasks if t.get("worker") and t.get("state") == "SUCCESS"]
-        return (names.count("somatize.node.run") >= len(status.nodes)
-                and "somatize.transfer.upload" in names and "somatize.transfer.download" in names)
+        shown = [n for name in names if name.startswith("node:")
+                 for n in name.removeprefix("node:").split("+")]
+        return (len(shown) >= len(status.nodes)
+                and any(n.startswith("transfer:upload ") for n in names)
+                and any(n.startswith("transfer:download ") for n in names))
 
-    assert wait_for(seen_all, 20, 0.3), _tasks_of_run(flower, run.id)
+    assert wait_for(seen_all, 20, 0.3), sorted(
+        (t["name"], t.get("state"), bool(t.get("worker")))
+        for t in _tasks_of_run(flower, run.id).values())
     tasks = list(_tasks_of_run(flower, run.id).values())
     for task in tasks:
         shown = f"{task['args']} {task['kwargs']}"
         # Ids only: no value, no artifact ref (a dict), no inline payload.
         assert len(shown) < 200 and "{" not in shown.replace("{}", ""), shown
 
-    nodes = [t for t in tasks if t["name"] == "somatize.node.run"]
-    shown_nodes = {_fields(t["kwargs"])["node"]: t for t in nodes}
-    assert set(shown_nodes) == set(node_workers), [t["kwargs"] for t in nodes]
+    nodes = [t for t in tasks if t["name"].startswith("node:")]
+    # A fused chain or a batch of blocks is one message: node:a+b.
+    shown_nodes = {n: t for t in nodes for n in t["name"].removeprefix("node:").split("+")}
+    assert set(shown_nodes) == set(node_workers), [t["name"] for t in nodes]
     for node_id, task in shown_nodes.items():
         assert _fields(task["kwargs"])["run"] == run.id
+        assert node_id in _fields(task["kwargs"])["node"].split("+")
         assert task["worker"].startswith(f"{node_workers[node_id]}@"), (node_id, task)
 
     for record in crossing:
-        label = (f"run={run.id} node={record['from_node']} "
-                 f"{record['from_worker']}->{record['to_worker']}")
+        route = f"{record['from_node']} {record['from_worker']}->{record['to_worker']}"
+        label = f"run={run.id} node={route}"
         upload = [t for t in tasks
-                  if t["name"] == "somatize.transfer.upload" and t["args"] == label]
+                  if t["name"] == f"transfer:upload {route}" and t["args"] == label]
         download = [t for t in tasks
-                    if t["name"] == "somatize.transfer.download" and t["args"] == label]
+                    if t["name"] == f"transfer:download {route}" and t["args"] == label]
         assert upload and download, (label, [(t["name"], t["args"]) for t in tasks])
         assert all(t["worker"].startswith(f"{record['from_worker']}@") for t in upload)
         assert all(t["worker"].startswith(f"{record['to_worker']}@") for t in download)
     assert {gpu.worker_id, cpu.worker_id} <= {t["worker"].split("@")[0] for t in tasks}
+
+
+def test_the_task_list_page_names_nodes(
+    flower: Flower, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
+) -> None:
+    """What a person sees: Flower's task list (its datatable feed) shows node ids as names."""
+    run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
+    assert run.wait(timeout=60) == FORK_JOIN_OUTPUT
+    wanted = set(run.status().nodes)
+
+    query = urllib.parse.urlencode({
+        "draw": 1, "start": 0, "length": 1000, "search[value]": "",
+        "order[0][column]": 0, "columns[0][data]": "received", "order[0][dir]": "desc",
+    })  # fmt: skip
+
+    def listed() -> set[str]:
+        status, page = flower.get(f"/tasks/datatable?{query}")
+        if status != 200:
+            return set()
+        return {node for row in page["data"]
+                if f"run={run.id}" in f"{row.get('args')} {row.get('kwargs')}"
+                and row["name"].startswith("node:")
+                for node in row["name"].removeprefix("node:").split("+")}
+
+    assert wait_for(lambda: wanted <= listed(), 20, 0.3), (wanted, listed())
 
 
 def _fields(shown: str) -> dict[str, str]:

@@ -20,11 +20,13 @@ from redis import Redis
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.registry import Registry
+from somatize_tasks.run_record import read_run
 from somatize_tasks.runtime.handle import NodeFailedError, RunError, RunStateLostError
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.state import LeafResult
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
+from somatize_tasks.timeline import bars_of
 from tests.conftest import WorkerFactory, free_port, wait_for
 from tests.runtime import run_nodes  # noqa: F401
 from tests.runtime.plans import MAKE_SUM, ex, remote, seq
@@ -82,6 +84,10 @@ def test_a_killed_workers_nodes_are_rerouted_and_its_lost_outputs_recomputed(
     # rt_make's output lived only in the dead worker's cache: it was computed again.
     assert status.nodes["rt_make"].state == "done"
     assert time.monotonic() - started < 30
+    # The run's history keeps the dead worker's unfinished attempt: the timeline draws it.
+    bars = bars_of(status, read_run(fault_settings, run.id).history)
+    sleeps = sorted((b.worker, b.state) for b in bars if b.node_id == "rt_sleep")
+    assert sleeps == sorted([(victim_id, "lost"), (survivor, "done")]), sleeps
 
 
 def test_a_node_pinned_to_a_dead_worker_fails_the_run_after_the_grace_period(

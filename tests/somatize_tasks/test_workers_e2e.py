@@ -113,6 +113,12 @@ def test_active_jobs_counts_running_and_failed_node_tasks(
         failing.get(timeout=20)
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
 
+    shadowed = producer.send_task("somatize.node.test_sleep", args=[1.0], queue=cpu.queue,
+                                  shadow="node:test_sleep")  # counted by task, not by shown name
+    assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 1, 5)
+    shadowed.get(timeout=20)
+    assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
+
     plain = producer.send_task("somatize.test.sleep", args=[1.5], queue=cpu.queue)
     assert wait_for(lambda: plain.state == "STARTED", 10), "the plain task never started"
     time.sleep(0.3)  # more than the heartbeat's 50 ms poll: a count would show by now

@@ -1,0 +1,150 @@
+"""A run's history: every attempt of every node, in order, in one bounded Redis list.
+
+Why it exists: the run state keeps one record per node, its latest. By the
+time anyone draws a run, a node's first attempt on a worker that died, and
+every loop pass but the last, are gone. The timeline, the dashboard and the
+Soma export read this list to show what really happened.
+
+One list per run, ``<p>:run:<id>:history``. A worker appends one small JSON
+event when a block starts, ends or fails: ``RPUSH``, ``LTRIM`` to the newest
+:data:`MAX_EVENTS` and ``EXPIRE`` to the run's TTL in one round trip, so the
+list is bounded and goes away with the run. Writing is best effort: losing a
+history line must never fail a node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from somatize_tasks.keys import RedisKeys
+
+if TYPE_CHECKING:
+    from somatize_tasks.runtime.context import RunContext
+
+log = logging.getLogger(__name__)
+
+MAX_EVENTS = 20_000
+LOST = "lost"  # an attempt that never ended: its worker died, the block ran again elsewhere
+
+
+def history_key(keys: RedisKeys, run_id: str) -> str:
+    return keys.run(run_id, "history")
+
+
+def record(
+    context: RunContext, run_id: str, nodes: list[str], state: str, epoch: int, **extra: Any
+) -> None:
+    """Append one event (``running``, ``done`` or ``failed``) for a block's nodes."""
+    _push(context, run_id, [{"nodes": nodes, "state": state, "epoch": epoch, **extra}])
+
+
+def record_done(
+    context: RunContext, run_id: str, nodes: list[str], epoch: int,
+    times: dict[str, list[float]], ended_at: float,
+) -> None:  # fmt: skip
+    """A block finished: one event per node with its own start and end when the task
+    ran several (a fused chain), else one for the block."""
+    if len(nodes) == 1 or not times:
+        _push(context, run_id, [{"nodes": nodes, "state": "done", "epoch": epoch,
+                                 "ended_at": ended_at}])  # fmt: skip
+        return
+    _push(context, run_id, [
+        {"nodes": [n], "state": "done", "epoch": epoch, "started_at": times[n][0],
+         "ended_at": times[n][1]} if n in times else
+        {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
+        for n in nodes
+    ])  # fmt: skip
+
+
+def _push(context: RunContext, run_id: str, events: list[dict[str, Any]]) -> None:
+    now = time.time()
+    lines = [json.dumps({"at": now, "worker": context.worker_id, **event},
+                        separators=(",", ":")) for event in events]  # fmt: skip
+    key = history_key(context.keys, run_id)
+    try:
+        pipe = context.redis.pipeline(transaction=False)
+        pipe.rpush(key, *lines)
+        pipe.ltrim(key, -MAX_EVENTS, -1)
+        pipe.expire(key, context.settings.run_ttl_s)
+        pipe.execute()
+    except RedisError as exc:
+        log.warning("run %s: %d history event(s) not recorded: %s", run_id, len(lines), exc)
+
+
+def record_failure(
+    context: RunContext, run_id: str, nodes: list[str], epoch: int, exc: BaseException
+) -> None:
+    """A block raised: the node that raised failed; the rest of a fused chain are
+    cancelled, as the engine marks them, and get no bar (when each ran is unknown)."""
+    bad = getattr(exc, "__somatize_node__", None) or nodes[0]
+    events: list[dict[str, Any]] = [{"nodes": [bad], "state": "failed", "epoch": epoch,
+                                     "error": f"{type(exc).__name__}: {exc}"}]  # fmt: skip
+    others = [n for n in nodes if n != bad]
+    if others:
+        events.append({"nodes": others, "state": "cancelled", "epoch": epoch, "dropped": True})
+    _push(context, run_id, events)
+
+
+def read_events(client: Redis[bytes], keys: RedisKeys, run_id: str) -> list[dict[str, Any]]:
+    """The run's events, oldest first (empty for a run from before this module)."""
+    return [json.loads(raw) for raw in client.lrange(history_key(keys, run_id), 0, -1)]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of one node in one loop pass: where, when, and how it ended."""
+
+    node_id: str
+    worker: str
+    epoch: int
+    start: float
+    end: float | None  # None: still running
+    state: str  # running, done, failed, lost
+    error: str | None = None
+    number: int = 1  # 1 for the first try of this node in this pass
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.node_id, self.epoch)
+
+
+def attempts(events: list[dict[str, Any]]) -> list[Attempt]:
+    """Fold events into attempts. A second start of a node in the same pass
+    closes the first one as :data:`LOST` (it never reported: its worker died)."""
+    done: list[Attempt] = []
+    open_: dict[tuple[str, int], Attempt] = {}
+    tries: dict[tuple[str, int], int] = {}
+    for event in events:
+        at = float(event.get("at", 0.0))
+        epoch = int(event.get("epoch", 0))
+        worker = str(event.get("worker", "?"))
+        state = str(event.get("state"))
+        for node_id in event.get("nodes", []):
+            key = (str(node_id), epoch)
+            current = open_.pop(key, None)
+            if state == "running":
+                if current is not None:
+                    done.append(replace(current, end=at, state=LOST))
+                tries[key] = tries.get(key, 0) + 1
+                open_[key] = Attempt(key[0], worker, epoch, at, None, "running",
+                                     number=tries[key])  # fmt: skip
+                continue
+            if event.get("dropped"):
+                continue  # part of a block that stopped before it: no attempt to draw
+            if current is None:  # its start was never recorded (trimmed, or older code)
+                tries[key] = tries.get(key, 0) + 1
+                start = float(event.get("started_at") or at)
+                current = Attempt(key[0], worker, epoch, start, None, state, number=tries[key])
+            start = float(event.get("started_at") or current.start)  # a fused node's own
+            end = float(event.get("ended_at") or at)
+            done.append(replace(current, start=start, end=max(end, start), state=state,
+                                error=event.get("error")))  # fmt: skip
+    done.extend(open_.values())
+    return sorted(done, key=lambda a: (a.start, a.node_id))
