@@ -100,9 +100,9 @@ class CeleryDispatcher:
         )  # fmt: skip
         if not missing:
             self._send(block, epoch, input_expr, task_id)
-            return
         for ref in missing:
             self._transfer_chain(ref, worker, block, epoch, task_id).apply_async()
+        self.state.sent([(block.index, epoch)])
 
     def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
         ready: dict[str, list[tuple[Block, int, Expr]]] = {}
@@ -139,6 +139,7 @@ class CeleryDispatcher:
                     self._send(block, epoch, input_expr, task_id, producer=producer)
                 else:
                     self._send_batch(batch, task_id, producer)
+        self.state.sent([(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch])
 
     @property
     def _batch_max(self) -> int:
@@ -146,8 +147,11 @@ class CeleryDispatcher:
 
     def publish_node(self, block: Block, epoch: int, input_expr: Expr, task_id: str) -> None:
         """The block's transfers are done: publish it under the task id it waits for."""
-        self.state.set_status(block.task_node_ids(), self._pending(block, epoch, task_id))
+        self.state.set_status(
+            block.task_node_ids(), self._pending(block, epoch, task_id), outbox=True
+        )
         self._send(block, epoch, input_expr, task_id)
+        self.state.sent([(block.index, epoch)])
 
     def wait_for_recompute(
         self, block: Block, epoch: int, producers: list[tuple[int, int]]

@@ -264,12 +264,17 @@ class Engine:
     # --- ending early ----------------------------------------------------------------
 
     def node_failed(self, block: Block, epoch: int, error: Exception, worker_id: str) -> None:
-        """A task raised: its node is failed, the rest of its block cancelled, the run failed."""
+        """A task raised: its node is failed, the nodes of its block that had finished
+        are done (their outputs are not kept), the rest cancelled; the run fails."""
         nodes = block.task_node_ids()
         bad = getattr(error, "__somatize_node__", None) or nodes[0]
+        finished: dict[str, list[float]] = getattr(error, "__somatize_finished__", {})
         self.state.mark_nodes([bad], FAILED, worker_id, epoch,
                               error=f"{type(error).__name__}: {error}")  # fmt: skip
-        others = [n for n in nodes if n != bad]
+        for node_id, (started, ended) in finished.items():
+            self.state.mark_nodes([node_id], DONE, worker_id, epoch,
+                                  started_at=started, ended_at=ended)  # fmt: skip
+        others = [n for n in nodes if n != bad and n not in finished]
         if others:
             self.state.mark_nodes(others, CANCELLED, worker_id, epoch)
         self.fail(block, error, worker_id)

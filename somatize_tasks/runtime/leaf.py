@@ -36,8 +36,10 @@ from somatize_tasks.runtime.stream import run_stream
 from somatize_tasks.runtime.values import Expr, materialize, node_input_expr, ref_expr
 
 STATE_PREFIX = "__state_"
-#: Set on an exception to the node that raised it (a fused chain runs several).
+#: Set on an exception: the node that raised it (a fused chain runs several), and
+#: the [started, ended] of the nodes of its task that had finished by then.
 _FAILED_NODE = "__somatize_node__"
+_FINISHED_BEFORE = "__somatize_finished__"
 
 
 class ValueStore(Protocol):
@@ -88,6 +90,7 @@ def run_block(
                 run.node(node_id, bound[node_id])
             except Exception as exc:
                 setattr(exc, _FAILED_NODE, node_id)  # a fused chain fails by its own node
+                setattr(exc, _FINISHED_BEFORE, dict(run.times))
                 raise
     last = nodes[-1]
     if isinstance(node, Branch):

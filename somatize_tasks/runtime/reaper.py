@@ -26,6 +26,12 @@ What a repair does
        anyway (the worker came back, a redelivery) is refused by
        ``mark_running`` (task id mismatch), and if a duplicate completes
        anyway, the first result recorded wins.
+What a dead dispatcher leaves
+    Every dispatch is recorded with an outbox entry that is cleared once its
+    messages are out. An entry older than ``outbox_grace`` means the process
+    that dispatched died between recording and publishing (a worker killed
+    just after a completion, a producer killed mid-publish): its blocks are
+    dispatched again under new task ids.
 What it cannot fix
     A node pinned (``WorkerId``) to the dead worker, or needing a tag no
     live worker has, fails the run after ``reroute_grace_s`` (the worker
@@ -76,6 +82,11 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def outbox_grace(settings: Any) -> float:
+    """How long a recorded dispatch may stay unconfirmed before it counts as lost."""
+    return float(max(5.0, 2 * settings.heartbeat_ttl_s, 4 * settings.heartbeat_interval_s))
 
 
 class StrandedError(Exception):
@@ -143,13 +154,16 @@ class _Repair:
         pipe = self.redis.pipeline()
         pipe.hmget(self.state.meta, "status", "created_at", "time_limits")
         pipe.hgetall(self.state.nodes)
-        (status, created, limits), raw_nodes = pipe.execute()
+        pipe.hlen(self.state.outbox)
+        (status, created, limits), raw_nodes, in_outbox = pipe.execute()
         if status != b"running":
             self.redis.srem(self.context.keys.active_runs, self.run_id)
             return False
         nodes = {k.decode(): json.loads(v) for k, v in raw_nodes.items()}
         hard_limit_s = json.loads(limits or b"[null, null]")[1]
         if self._fail_overdue(hard_limit_s, nodes) or self._fail_stalled(created, nodes):
+            return True
+        if in_outbox and self._publish_unsent(nodes):
             return True
         stranded = self._stranded(nodes)
         starved, lost_sources = self._starved(nodes)
@@ -173,6 +187,32 @@ class _Repair:
             describe_blocks(program, sorted(blocks)),
             ", ".join(sorted(dead)),
         )
+        return True
+
+    def _publish_unsent(self, nodes: dict[str, dict[str, Any]]) -> bool:
+        """Dispatch again what a dead dispatcher recorded but never published: the
+        blocks of old outbox entries still pending under the entry's task id (the
+        others ran after all, or were dispatched again since)."""
+        before = time.time() - outbox_grace(self.reaper.settings)
+        old = {k: e for k, e in self.state.unsent().items() if e["at"] < before}
+        program = self.context.program(self.run_id) if old else None
+        if program is None:
+            return False
+        unsent = [
+            (bid, epoch) for (bid, epoch), entry in old.items()
+            if any(nodes.get(n, {}).get("state") == "pending"
+                   and nodes[n].get("task_id") == entry["task_id"]
+                   for n in program.blocks[bid].task_node_ids())
+        ]  # fmt: skip
+        self.state.sent([key for key in old if key not in unsent])
+        if not unsent:
+            return False
+        dispatcher = CeleryDispatcher(self.context, self.run_id, program, self.state)
+        for bid, epoch in sorted(unsent):
+            self._redispatch(program, dispatcher, program.blocks[bid], epoch)
+        names = sorted({n for bid, _ in unsent for n in program.blocks[bid].task_node_ids()})
+        log.warning("run %s: published again what a dead dispatcher never sent: %s",
+                    self.run_id, ", ".join(names))  # fmt: skip
         return True
 
     # --- finding what is stuck ------------------------------------------------------

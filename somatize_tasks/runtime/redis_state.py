@@ -178,6 +178,8 @@ class RedisRunState:
         self.transfers = keys.run(run_id, "transfers")
         self.states = keys.run(run_id, "states")
         self.latest_outputs = keys.run(run_id, "latest")
+        #: Blocks recorded as dispatched whose messages are not known to be out yet.
+        self.outbox = keys.run(run_id, "outbox")
         self.active_runs = keys.active_runs
         self._record = client.register_script(_RECORD_LEAF)
         self._record_and_join = client.register_script(_RECORD_AND_JOIN)
@@ -191,7 +193,7 @@ class RedisRunState:
     def all_keys(self) -> list[str]:
         return [
             self.meta, self.results, self.nodes, self.done, self.finished, self.transfers,
-            self.states, self.latest_outputs,
+            self.states, self.latest_outputs, self.outbox,
         ]  # fmt: skip
 
     # --- RunState --------------------------------------------------------------------
@@ -312,8 +314,13 @@ class RedisRunState:
         status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
 
-    def set_status(self, nodes: list[str], status: dict[str, Any]) -> None:
-        self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+    def set_status(self, nodes: list[str], status: dict[str, Any], *, outbox: bool = False) -> None:
+        """Nodes' status; with ``outbox`` the block is in the outbox until sent."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+        if outbox:
+            self._into_outbox(pipe, status["block"], status["epoch"], status["task_id"])
+        pipe.execute()
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
@@ -372,6 +379,7 @@ class RedisRunState:
             self.transfers,
             self.states,
             self.latest_outputs,
+            self.outbox,
         ]
         return bool(self._finish(keys=keys, args=args))
 
@@ -400,8 +408,27 @@ class RedisRunState:
             pipe.rpush(self.transfers, *transfer_records)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
         pipe.expire(self.results, self.ttl_s)
+        self._into_outbox(pipe, bid, epoch, status["task_id"])
         if own:
             pipe.execute()
+
+    def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
+        pipe.hset(self.outbox, f"{bid}:{epoch}", _dumps({"task_id": task_id, "at": time.time()}))
+        pipe.expire(self.outbox, self.ttl_s)
+
+    def sent(self, blocks: list[tuple[int, int]]) -> None:
+        """These blocks' messages are out: the outbox forgets them."""
+        if blocks:
+            self.client.hdel(self.outbox, *(f"{bid}:{epoch}" for bid, epoch in blocks))
+
+    def unsent(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """Blocks recorded as dispatched whose messages were never confirmed sent."""
+        raw = self.client.hgetall(self.outbox)
+        found = {}
+        for field, value in raw.items():
+            bid, epoch = field.decode().split(":")
+            found[int(bid), int(epoch)] = json.loads(value)
+        return found
 
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""
