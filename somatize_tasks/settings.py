@@ -70,7 +70,8 @@ class Settings(BaseSettings):
     visibility_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
 
     # Runs
-    run_ttl_s: Annotated[int, Field(ge=60)] = 7 * 24 * 3600
+    run_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600
+    gc_interval_s: Annotated[float, Field(gt=0)] = 60.0
     node_soft_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0

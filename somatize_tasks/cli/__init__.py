@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "demo",
     "timeline",
     "cluster",
+    "gc",
 )
 
 for _name in _COMMAND_MODULES:

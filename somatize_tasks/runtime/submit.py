@@ -32,6 +32,7 @@ from somatize_tasks.errors import SomatizeError
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
+from somatize_tasks.runtime.elected import sweep_producer_cache
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.handle import (
     NodeFailedError,
@@ -245,6 +246,7 @@ def _start(
     pipe.zadd(context.keys.runs, {run_id: time.time()})
     pipe.sadd(context.keys.active_runs, run_id)
     pipe.execute()
+    sweep_producer_cache(context)
     for warning in distribution.warnings:
         log.warning("run %s: %s", run_id, warning)
     engine = Engine(program, state, CeleryDispatcher(context, run_id, program, state))
