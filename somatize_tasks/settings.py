@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
     transfer_stall_s: Annotated[float, Field(gt=0)] = 60.0
     reaper_enabled: bool = True
+    reservation_ttl_s: Annotated[float, Field(gt=0)] = 120.0
 
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0

@@ -44,6 +44,7 @@ from redis import Redis
 
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.gc import CacheSweeper, RunCollector
+from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.reaper import Reaper
 
@@ -85,6 +86,7 @@ class ReaperLoop:
         self.collector = RunCollector(
             context.redis, context.keys, lambda: context.store.shared, settings.run_ttl_s
         )
+        self.reservations = reservations_of(context)
         self.token = uuid.uuid4().hex
         self.lease_ms = int(settings.heartbeat_ttl_s * 1000)
         self.ttl_ms = int(settings.heartbeat_ttl_s * 1000)
@@ -119,6 +121,7 @@ class ReaperLoop:
         if active and (took_over or expired or now >= self._next_sweep):
             self._next_sweep = now + self.sweep_every_s
             self.reaper.sweep()
+            self.reservations.prune()
         if now >= self._next_gc:
             self._next_gc = now + self.gc_every_s
             self.collector.collect(max_batches=4)

@@ -30,6 +30,7 @@ from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.registry import Registry
+from somatize_tasks.reservations import reservations_of, reserve_run, unlock
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.elected import sweep_producer_cache
@@ -83,14 +84,19 @@ def submit_plan(
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     registry = Registry.from_settings(settings, context.redis)
-    workers = reaching_redis(settings, registry.live)
-    distribution = _place(
-        lambda usable: schedule(execution_plan, usable, differentiable_nodes),
-        [w.info for w in workers],
-    )
-    if distribution.is_local:
-        return _run_here(execution_plan, distribution, input, params, ops, require_workers, catalog)
-    return _start(context, execution_plan, distribution, input, params, ops)
+    reservations = reservations_of(context)
+    with reservations.placing():  # see somatize_tasks.reservations
+        workers = reaching_redis(settings, registry.live_infos)
+        distribution = _place(
+            lambda usable: schedule(execution_plan, usable, differentiable_nodes),
+            reservations.count_in(workers),
+        )
+        if distribution.is_local:
+            unlock()
+            return _run_here(
+                execution_plan, distribution, input, params, ops, require_workers, catalog
+            )
+        return _start(context, execution_plan, distribution, input, params, ops)
 
 
 def submit_study(
@@ -168,9 +174,30 @@ def _place(
         if not exc.busy_only:
             raise
         busy = str(exc)
-    placed = schedule_on([_one_slot(w) for w in workers])
+    placed = _queue_on_least_loaded(schedule_on, workers)
     placed.warnings.append(f"{busy} Queued on the busy workers instead.")
     return placed
+
+
+def _queue_on_least_loaded(
+    schedule_on: Callable[[list[WorkerInfo]], DistributionPlan], workers: list[WorkerInfo]
+) -> DistributionPlan:
+    """Offer one slot on the least loaded of the busy workers first (counting
+    reservations, load can exceed the limit), so queued runs spread out too;
+    else one slot on every busy worker."""
+    def load(worker: WorkerInfo) -> float:
+        return worker.active_jobs / max(1, worker.max_concurrent)
+
+    least = min(load(w) for w in workers)
+    lightest = [w if load(w) > least else _one_slot(w) for w in workers]
+    try:
+        placed = schedule_on(lightest)
+        if not placed.is_local:
+            return placed
+    except PlacementError as exc:
+        if not exc.busy_only:
+            raise
+    return schedule_on([_one_slot(w) for w in workers])
 
 
 def _one_slot(worker: WorkerInfo) -> WorkerInfo:
@@ -222,6 +249,7 @@ def _start(
     ops: Mapping[str, str] | None,
 ) -> PlanRun:
     run_id = uuid.uuid4().hex[:16]
+    reserve_run(run_id, distribution)
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
     program = compile_program(plan, distribution, params=params, ops=ops, time_limits_s=limits)
     context.remember(run_id, program)
