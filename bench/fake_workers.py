@@ -31,7 +31,7 @@ def fake_info(index: int) -> WorkerInfo:
     return WorkerInfo(
         id=f"fake-{index:05d}", name=f"fake-{index:05d}@bench",
         tags=["gpu"] if index % 10 == 0 else ["cpu"], gpu=index % 10 == 0,
-        cpu_cores=8, active_jobs=0, max_concurrent=4,
+        cpu_cores=8, active_jobs=4, max_concurrent=4,  # full: never given real work
     )  # fmt: skip
 
 

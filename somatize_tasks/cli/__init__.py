@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "timeline",
     "cluster",
     "gc",
+    "simulate",
 )
 
 for _name in _COMMAND_MODULES:

@@ -3,7 +3,7 @@
 Before, every worker's reaper thread read the whole registry every
 heartbeat interval, so Redis' load grew with workers x workers (about a
 core at 1,000 workers). Now every worker's thread does one cheap script
-call per interval (:data:`_TICK`) and only the holder of the cluster lease
+call per interval (:data:`TICK_SCRIPT`) and only the holder of the cluster lease
 does real work:
 
 The lease
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 # KEYS: lease, active runs, workers seen. ARGV: token, lease ms, heartbeat ttl ms,
 # previous cutoff ms ('' on a first tick). Returns {0} when another process leads,
 # else {1, cutoff ms, active runs, heartbeats expired since the previous cutoff}.
-_TICK = """
+TICK_SCRIPT = """
 local held = redis.call('GET', KEYS[1]) == ARGV[1]
 if held then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -96,7 +96,7 @@ class ReaperLoop:
         self._cutoff: int | None = None
         self._next_sweep = 0.0
         self._next_gc = 0.0
-        self._tick = self.client.register_script(_TICK)
+        self._tick = self.client.register_script(TICK_SCRIPT)
         self._release = self.client.register_script(_RELEASE)
 
     def tick(self) -> None:
