@@ -9,7 +9,7 @@ placement adds them to each worker's ``active_jobs`` before scheduling:
   ``<p>:reserved:exp`` ZSET of the same fields -> expiry (Redis ms). An
   entry ends when its run's blocks start on that worker (one slot per block
   start, :func:`release_one`, at which point the heartbeat counts it), when
-  the elected reaper sees its run ended (:meth:`Reservations.prune`), or
+  the next placement or the elected reaper sees its run ended, or
   ``reservation_ttl_s`` after it was made (a run that never started).
 - ``<p>:placing`` STRING: a short lock (token, PX) held from reading the
   registry to recording the reservations, so two producers placing at the
@@ -43,16 +43,28 @@ if TYPE_CHECKING:
 LOCK_MS = 5_000
 LOCK_WAIT_S = 5.0
 
-# KEYS: counts, expiries. Drops expired entries; returns the rest as a flat list.
+# KEYS: counts, expiries. ARGV: run key prefix ("<p>:run:"). Drops expired entries
+# and those of runs no longer running (a run that ended releases its slots); returns
+# the rest as a flat list.
 _READ = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+local flat = redis.call('HGETALL', KEYS[1])
+local kept = {}
+for i = 1, #flat, 2 do
+  local run = string.match(flat[i], '|(.*)$')
+  if redis.call('HGET', ARGV[1] .. run, 'status') ~= 'running' then
+    old[#old + 1] = flat[i]
+  else
+    kept[#kept + 1] = flat[i]; kept[#kept + 1] = flat[i + 1]
+  end
+end
 if #old > 0 then
   redis.call('HDEL', KEYS[1], unpack(old))
   redis.call('ZREM', KEYS[2], unpack(old))
 end
-return redis.call('HGETALL', KEYS[1])
+return kept
 """
 
 # KEYS: counts, expiries. ARGV: ttl ms, then field, slots pairs.
@@ -98,7 +110,7 @@ class Reservations:
 
     def by_worker(self) -> dict[str, int]:
         """Slots reserved per worker id (expired entries dropped)."""
-        flat = self._read(keys=self.fields)
+        flat = self._read(keys=self.fields, args=[self.keys.run("")])
         counts: Counter[str] = Counter()
         for field, slots in zip(flat[::2], flat[1::2], strict=True):
             counts[field.decode().partition("|")[0]] += max(0, int(slots))
