@@ -44,8 +44,9 @@ LOCK_MS = 5_000
 LOCK_WAIT_S = 5.0
 
 # KEYS: counts, expiries. ARGV: run key prefix ("<p>:run:"). Drops expired entries
-# and those of runs no longer running (a run that ended releases its slots); returns
-# the rest as a flat list.
+# and those of runs that ended (a run that ended releases its slots). A run not in
+# Redis yet keeps them: it is reserved before its state is written. Returns the rest
+# as a flat list.
 _READ = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,7 +55,8 @@ local flat = redis.call('HGETALL', KEYS[1])
 local kept = {}
 for i = 1, #flat, 2 do
   local run = string.match(flat[i], '|(.*)$')
-  if redis.call('HGET', ARGV[1] .. run, 'status') ~= 'running' then
+  local status = redis.call('HGET', ARGV[1] .. run, 'status')
+  if status and status ~= 'running' then
     old[#old + 1] = flat[i]
   else
     kept[#kept + 1] = flat[i]; kept[#kept + 1] = flat[i + 1]
@@ -152,7 +154,7 @@ class Reservations:
         for field in fields:
             pipe.hget(self.keys.run(field.partition("|")[2]), "status")
         ended = [f for f, status in zip(fields, pipe.execute(), strict=True)
-                 if status != b"running"]
+                 if status is not None and status != b"running"]
         if ended:
             pipe = self.client.pipeline(transaction=False)
             pipe.hdel(self.fields[0], *ended)
