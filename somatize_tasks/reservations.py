@@ -140,6 +140,15 @@ class Reservations:
             for worker_id, count in sorted(slots.items()):
                 args += [f"{worker_id}|{run_id}", count]
             self._reserve(keys=self.fields, args=args)
+            _held.made = [f"{worker_id}|{run_id}" for worker_id in slots]
+
+    def forget(self, fields: list[str]) -> None:
+        """Drop reservations outright (their run never started: submitting it failed)."""
+        if fields:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hdel(self.fields[0], *fields)
+            pipe.zrem(self.fields[1], *fields)
+            pipe.execute()
 
     def release_one(self, worker_id: str, run_id: str) -> None:
         """A block of ``run_id`` started on ``worker_id``: its heartbeat counts it now."""
@@ -176,10 +185,16 @@ class Reservations:
                 time.sleep(0.005)
         except RedisConnectionError:
             token = ""  # the caller's next Redis call reports it, naming the server
-        _held.lock = (self, lock, token)
+        _held.lock, _held.made = (self, lock, token), []
         try:
             yield
+        except BaseException:
+            # The run was reserved but never recorded (its input could not be stored,
+            # say): give its slots back now rather than after the TTL.
+            self.forget(getattr(_held, "made", []))
+            raise
         finally:
+            _held.made = []
             unlock()
 
 

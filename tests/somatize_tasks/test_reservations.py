@@ -6,8 +6,11 @@ import threading
 import uuid
 from collections import Counter
 
+import pytest
+
 from scheduler import DistributionPlan, ExecutionPlan, WorkerInfo, schedule
 from somatize_tasks.celery_app import create_app
+from somatize_tasks.errors import SomatizeError
 from somatize_tasks.registry import Registry
 from somatize_tasks.reservations import reservations_of, slots_per_worker
 from somatize_tasks.runtime.context import run_context
@@ -62,3 +65,16 @@ def test_slots_count_the_busiest_phase_capped_by_the_limit() -> None:
     slots = slots_per_worker(distribution, {w.id: w for w in workers})
     assert sum(slots.values()) >= 2 and all(1 <= n <= 8 for n in slots.values())
     assert slots.get("w1", 0) <= 2
+
+
+def test_a_run_that_could_not_be_submitted_gives_its_slots_back(settings: Settings) -> None:
+    prefix = f"{settings.key_prefix}:rs{uuid.uuid4().hex[:6]}"
+    own = settings.model_copy(update={
+        "key_prefix": prefix, "heartbeat_ttl_s": 600.0,
+        "s3_endpoint_url": "http://127.0.0.1:9", "transfer_max_retries": 0,
+    })
+    Registry.from_settings(own).heartbeat(WorkerInfo(id="w1", name="w1", max_concurrent=2))
+    with pytest.raises(SomatizeError):  # its large input cannot reach the (dead) store
+        submit_plan(ex("rt_size"), input=list(range(50_000)), settings=own, require_workers=True)
+    reservations = reservations_of(run_context(create_app(own), own, "test"))
+    assert reservations.by_worker() == {}
