@@ -24,7 +24,7 @@ from somatize_tasks.settings import Settings
 #: Worker bootsteps, by path so this module need not import them (they import it).
 WORKER_STEPS = (
     "somatize_tasks.heartbeat:HeartbeatStep",
-    "somatize_tasks.runtime.reaper:ReaperStep",
+    "somatize_tasks.runtime.elected:ReaperStep",
 )
 TASK_MODULES = ("somatize_tasks.transfer.tasks", "somatize_tasks.runtime.tasks")
 
@@ -130,6 +130,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,
         "result_extended": True,
+        # Task results end with the run state they belong to (nothing unbounded).
+        "result_expires": settings.run_ttl_s,
         "include": list(TASK_MODULES),
     }
     if settings.broker.startswith("rediss://"):

@@ -11,7 +11,11 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ==========================  ======  ==========================================
     ``<p>:workers:seen``        ZSET    worker id -> last heartbeat, ms of Redis
                                         ``TIME`` (one clock for every machine)
-    ``<p>:workers:info``        HASH    worker id -> WorkerInfo JSON
+    ``<p>:workers:info``        HASH    worker id -> ``"<seen ms> <WorkerInfo
+                                        JSON>"`` (see :mod:`somatize_tasks.registry`)
+    ``<p>:workers:tags``        SET     every tag a worker advertised
+    ``<p>:workers:tag:<tag>``   HASH    the same records, for workers with <tag>
+    ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
@@ -66,6 +70,20 @@ class RedisKeys:
     @property
     def workers_info(self) -> str:
         return self.key("workers", "info")
+
+    @property
+    def worker_tags(self) -> str:
+        """Every tag a worker advertised (which per-tag hashes exist)."""
+        return self.key("workers", "tags")
+
+    def worker_tag(self, tag: str) -> str:
+        """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""
+        return self.key("workers", "tag", tag)
+
+    @property
+    def reaper_lease(self) -> str:
+        """Which process is the cluster's reaper now (a token, with a PX expiry)."""
+        return self.key("reaper", "lease")
 
     @property
     def runs(self) -> str:

@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     visibility_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
 
     # Runs
-    run_ttl_s: Annotated[int, Field(ge=60)] = 7 * 24 * 3600
+    run_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600
+    gc_interval_s: Annotated[float, Field(gt=0)] = 60.0
     node_soft_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
@@ -86,6 +87,7 @@ class Settings(BaseSettings):
     reaper_enabled: bool = True
     fuse_chains: bool = True
     dispatch_batch_max: Annotated[int, Field(ge=1)] = 64
+    reservation_ttl_s: Annotated[float, Field(gt=0)] = 120.0
 
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0

@@ -31,6 +31,8 @@ _COMMAND_MODULES = (
     "cluster",
     "export",
     "dashboard",
+    "gc",
+    "simulate",
 )
 
 for _name in _COMMAND_MODULES:

@@ -5,9 +5,10 @@ it, and an unacked message only comes back to that same queue). So a run
 is repaired from its own state, not from the broker:
 
 Who watches
-    Every live worker runs a reaper thread (:class:`ReaperStep`), each
-    producer's ``PlanRun.wait`` sweeps its own run, and
-    ``somatize-tasks reaper`` runs one on its own. A lease per run
+    The one worker holding the cluster's reaper lease sweeps every active
+    run (:mod:`somatize_tasks.runtime.elected`), each producer's
+    ``PlanRun.wait`` repairs its own run, and ``somatize-tasks reaper``
+    runs one on its own. A lease per run
     (``<p>:run:<id>:lease``, ``SET NX PX``) lets one of them repair a run at
     a time; the others skip it.
 What a repair does
@@ -43,14 +44,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from celery import bootsteps
 from redis import Redis
 
 from scheduler import (
@@ -64,9 +63,8 @@ from scheduler import (
     WorkerInfo,
     schedule,
 )
-from somatize_tasks.celery_app import settings_of
 from somatize_tasks.registry import Registry
-from somatize_tasks.runtime.context import RunContext, run_context
+from somatize_tasks.runtime.context import RunContext
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.program import Block, Program
@@ -130,7 +128,7 @@ class Reaper:
             self._release(keys=[lease], args=[self.owner])
 
     def _live(self) -> dict[str, WorkerInfo]:
-        return {seen.info.id: seen.info for seen in self.registry.live()}
+        return {info.id: info for info in self.registry.live_infos()}
 
 
 class _Repair:
@@ -448,40 +446,3 @@ def _replace_refs(expr: Expr, new_refs: dict[tuple[str, int], Expr]) -> Expr:
         if kind in expr:
             return {kind: {k: _replace_refs(v, new_refs) for k, v in expr[kind].items()}}
     return expr
-
-
-class ReaperStep(bootsteps.StartStopStep):
-    """Worker bootstep: a reaper thread in the main process, sweeping every interval."""
-
-    label = "Somatize reaper"
-    requires = ("celery.worker.components:Pool",)
-
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
-        super().__init__(parent, **kwargs)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, parent: Any) -> None:
-        settings = settings_of(parent.app)
-        if not settings.reaper_enabled:
-            return
-        context = run_context(parent.app, settings)
-        reaper = Reaper(context, alive=[settings.worker_id])
-        self._thread = threading.Thread(
-            target=self._loop, args=(reaper, settings.heartbeat_interval_s),
-            name="somatize-reaper", daemon=True,
-        )  # fmt: skip
-        self._thread.start()
-
-    def _loop(self, reaper: Reaper, interval_s: float) -> None:
-        while not self._stop.wait(interval_s * random.uniform(0.8, 1.2)):
-            try:
-                reaper.sweep()
-            except Exception:  # never let one bad sweep end the thread
-                log.exception("reaper sweep failed; retrying next interval")
-
-    def stop(self, parent: Any) -> None:
-        self._stop.set()
-
-    def shutdown(self, parent: Any) -> None:
-        self.stop(parent)

@@ -36,8 +36,10 @@ from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.registry import Registry
+from somatize_tasks.reservations import reservations_of, reserve_run, unlock
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
+from somatize_tasks.runtime.elected import sweep_producer_cache
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.handle import (
     NodeFailedError,
@@ -136,16 +138,19 @@ def submit_plan(
     if not document.plan.node_ids():
         return _run_here(request, _nothing_to_place(document.plan), False, catalog, context)
     registry = Registry.from_settings(settings, context.redis)
-    workers = reaching_redis(settings, registry.live)
-    distribution = _place(
-        lambda usable: schedule(
-            document.plan, usable, differentiable_nodes, predecessors=document.predecessors
-        ),
-        [w.info for w in workers],
-    )
-    if distribution.is_local:
-        return _run_here(request, distribution, require_workers, catalog, context)
-    return _start(context, request, distribution)
+    reservations = reservations_of(context)
+    with reservations.placing():  # see somatize_tasks.reservations
+        workers = reaching_redis(settings, registry.live_infos)
+        distribution = _place(
+            lambda usable: schedule(
+                document.plan, usable, differentiable_nodes, predecessors=document.predecessors
+            ),
+            reservations.count_in(workers),
+        )
+        if distribution.is_local:
+            unlock()
+            return _run_here(request, distribution, require_workers, catalog, context)
+        return _start(context, request, distribution)
 
 
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
@@ -255,9 +260,30 @@ def _place(
         if not exc.busy_only:
             raise
         busy = str(exc)
-    placed = schedule_on([_one_slot(w) for w in workers])
+    placed = _queue_on_least_loaded(schedule_on, workers)
     placed.warnings.append(f"{busy} Queued on the busy workers instead.")
     return placed
+
+
+def _queue_on_least_loaded(
+    schedule_on: Callable[[list[WorkerInfo]], DistributionPlan], workers: list[WorkerInfo]
+) -> DistributionPlan:
+    """Offer one slot on the least loaded of the busy workers first (counting
+    reservations, load can exceed the limit), so queued runs spread out too;
+    else one slot on every busy worker."""
+    def load(worker: WorkerInfo) -> float:
+        return worker.active_jobs / max(1, worker.max_concurrent)
+
+    least = min(load(w) for w in workers)
+    lightest = [w if load(w) > least else _one_slot(w) for w in workers]
+    try:
+        placed = schedule_on(lightest)
+        if not placed.is_local:
+            return placed
+    except PlacementError as exc:
+        if not exc.busy_only:
+            raise
+    return schedule_on([_one_slot(w) for w in workers])
 
 
 def _one_slot(worker: WorkerInfo) -> WorkerInfo:
@@ -302,6 +328,7 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
 
 def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
     run_id = uuid.uuid4().hex[:16]
+    reserve_run(run_id, distribution)
     plan, predecessors = request.plan, request.document.predecessors
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
     labels = None if request.y is None else _store_input(context, run_id, request.y, "__labels__")
@@ -342,6 +369,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     pipe.zadd(context.keys.runs, {run_id: time.time()})
     pipe.sadd(context.keys.active_runs, run_id)
     pipe.execute()
+    sweep_producer_cache(context)
     for warning in distribution.warnings:
         log.warning("run %s: %s", run_id, warning)
     engine = Engine(program, state, CeleryDispatcher(context, run_id, program, state))

@@ -24,6 +24,7 @@ from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
+from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
@@ -68,6 +69,7 @@ def execute_block(
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return
+    reservations_of(context).release_one(context.worker_id, run_id)  # the heartbeat counts it now
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]

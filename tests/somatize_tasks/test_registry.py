@@ -33,13 +33,24 @@ def fresh(settings: Settings) -> Settings:
 
 
 class CountingRedis(Redis):  # type: ignore[type-arg]
-    """Counts commands sent: each is one round trip."""
+    """Counts round trips: each command sent alone, and each pipeline."""
 
     calls = 0
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         CountingRedis.calls += 1
         return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        send = pipe.execute
+
+        def execute(raise_on_error: bool = True) -> Any:
+            CountingRedis.calls += 1
+            return send(raise_on_error)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
 
 
 def test_live_workers_in_one_round_trip_however_many(fresh: Settings) -> None:
@@ -71,6 +82,30 @@ def test_a_stale_worker_vanishes_though_its_entry_lingers(fresh: Settings) -> No
     assert [seen.info.id for seen in registry.dead()] == ["gone"]
     assert registry.client.hexists(registry.keys.workers_info, "gone")
     assert registry.deregister("gone") and not registry.deregister("gone")
+
+
+def test_tag_filtered_reads_see_only_those_workers(fresh: Settings) -> None:
+    registry = Registry.from_settings(fresh)
+    for index in range(40):
+        registry.heartbeat(worker(f"c{index:02d}", tags=["cpu"]))
+    registry.heartbeat(worker("g1", tags=["gpu", "training"]))
+    registry.heartbeat(worker("g0", tags=["gpu"]))
+    assert [w.id for w in registry.live_infos(["gpu"])] == ["g0", "g1"]
+    assert [w.id for w in registry.live_infos(["gpu", "training"])] == ["g0", "g1"]
+    assert registry.live_infos([]) == [] and len(registry.live_infos()) == 42
+    assert registry.client.hlen(registry.keys.worker_tag("gpu")) == 2
+    registry.deregister("g1")
+    assert [w.id for w in registry.live(["training"])] == []
+    assert [w.id for w in registry.live_infos(["gpu"])] == ["g0"]
+
+
+def test_an_unreadable_entry_hides_nothing_else(fresh: Settings) -> None:
+    registry = Registry.from_settings(fresh)
+    registry.heartbeat(worker("ok"))
+    now = registry.heartbeat(worker("other"))
+    registry.client.hset(registry.keys.workers_info, "old", '{"id": "old"}')
+    registry.client.hset(registry.keys.workers_info, "bad", f'["bad"] {now:013d}')
+    assert [w.id for w in registry.live_infos()] == ["ok", "other"]
 
 
 def test_last_seen_is_reported(fresh: Settings) -> None:

@@ -1,0 +1,61 @@
+"""``somatize-tasks gc``: delete what expired runs left behind, now.
+
+Workers already do this on their own (the elected reaper collects the
+shared store and the runs index, every worker sweeps its own cache, every
+``SOMATIZE_GC_INTERVAL_S``); this command is for a cron job, for machines
+whose workers are stopped, and for the producer's own cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from somatize_tasks.celery_app import create_app
+from somatize_tasks.cli import main
+from somatize_tasks.cli.common import friendly_errors
+from somatize_tasks.gc import CacheSweeper, RunCollector
+from somatize_tasks.runtime.context import run_context
+from somatize_tasks.settings import Settings
+from somatize_tasks.store import key_part
+
+
+@main.command("gc")
+@click.option(
+    "--worker-id",
+    "worker_ids",
+    multiple=True,
+    help="Sweep only this worker's cache (repeatable). Default: every cache under "
+    "SOMATIZE_CACHE_DIR on this machine (they must all belong to this key prefix).",
+)
+@click.option("--no-caches", is_flag=True, help="Only the shared store and the runs index.")
+@friendly_errors
+def gc(worker_ids: tuple[str, ...], no_caches: bool) -> None:
+    """Delete the artifacts and index entries of runs whose state expired."""
+    settings = Settings.from_env()
+    context = run_context(create_app(settings), settings, "gc")
+    collector = RunCollector(
+        context.redis, context.keys, lambda: context.store.shared, settings.run_ttl_s
+    )
+    runs = collector.collect()
+    dirs = 0
+    if not no_caches:
+        for root in _cache_roots(settings.cache_dir, worker_ids):
+            sweeper = CacheSweeper(
+                context.redis, context.keys, root, settings.run_ttl_s, settings.gc_interval_s
+            )
+            dirs += sweeper.sweep()
+    click.echo(
+        f"collected {len(runs)} expired run(s) from {context.store.shared.describe()} "
+        f"and the runs index; deleted {dirs} expired run dir(s) from local caches"
+    )
+
+
+def _cache_roots(cache_dir: Path, worker_ids: tuple[str, ...]) -> list[Path]:
+    if worker_ids:
+        return [cache_dir / key_part("worker id", worker_id) for worker_id in worker_ids]
+    try:
+        return sorted(path for path in cache_dir.iterdir() if path.is_dir())
+    except FileNotFoundError:
+        return []

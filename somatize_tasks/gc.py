@@ -1,0 +1,167 @@
+"""Nothing unbounded: a run's files go when its state goes.
+
+A run's state in Redis expires ``run_ttl_s`` after it ends; its files
+would not. Two sweeps close that gap, both keyed on the one fact that
+matters, "is ``<p>:run:<id>`` still in Redis?":
+
+:class:`RunCollector` (the elected reaper, and ``somatize-tasks gc``)
+    Walks the runs index (``<p>:runs``, scored by creation time) from its
+    oldest entry. A run created less than ``run_ttl_s`` ago cannot have
+    expired (its meta gets that TTL when created and again when it ends),
+    so only older entries are looked at. For each one whose meta is gone it
+    deletes the run's objects in the shared store (S3 or the directory),
+    any run key left without a TTL (a run that never finished), and its
+    index entries. The index is trimmed by exactly that.
+:class:`CacheSweeper` (every worker, the producer, ``somatize-tasks gc``)
+    Each worker's private cache (``<cache_dir>/<worker id>/<run>/...``) is
+    only on its machine, so each machine sweeps its own: a run directory
+    not written for ``run_ttl_s`` is checked (one pipelined ``EXISTS`` per
+    batch) and deleted if its run is gone. Younger directories are never
+    checked, which also keeps the sweep away from a run whose producer is
+    still writing its input before the run exists in Redis.
+
+Both are idempotent and safe to run in many processes at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+from redis import Redis
+
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.store import SharedStore, key_part
+from somatize_tasks.store.local import LocalDir
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+#: Run keys besides the meta hash; deleted with a run that expired unfinished.
+RUN_PARTS = ("results", "nodes", "done", "transfers", "finished", "lease")
+
+
+class RunCollector:
+    """Deletes the shared artifacts and leftover keys of runs whose state expired."""
+
+    def __init__(
+        self,
+        client: Redis[bytes],
+        keys: RedisKeys,
+        shared: Callable[[], SharedStore],
+        run_ttl_s: float,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.shared = shared
+        self.run_ttl_s = run_ttl_s
+
+    def collect(self, *, max_batches: int | None = None) -> list[str]:
+        """Collect expired runs, oldest first; the ids collected.
+
+        Old runs still alive (running longer than the TTL) are stepped over,
+        so they never hide the expired ones behind them.
+        """
+        collected: list[str] = []
+        skip = batches = 0
+        while max_batches is None or batches < max_batches:
+            looked, gone = self._collect_batch(skip)
+            collected += gone
+            skip += looked - len(gone)
+            batches += 1
+            if looked < BATCH:
+                break
+        return collected
+
+    def _collect_batch(self, skip: int) -> tuple[int, list[str]]:
+        cutoff = time.time() - self.run_ttl_s
+        raw = self.client.zrangebyscore(self.keys.runs, "-inf", cutoff, start=skip, num=BATCH)
+        ids = [item.decode() for item in raw]
+        if not ids:
+            return 0, []
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in ids:
+            pipe.exists(self.keys.run(run_id))
+        gone = [run_id for run_id, alive in zip(ids, pipe.execute(), strict=True) if not alive]
+        for run_id in gone:
+            self.shared().delete_prefix(key_part("run id", run_id) + "/")
+        if gone:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.delete(*[self.keys.run(run_id, part) for run_id in gone for part in RUN_PARTS])
+            pipe.zrem(self.keys.runs, *gone)
+            pipe.srem(self.keys.active_runs, *gone)
+            pipe.execute()
+            log.info("collected %d expired run(s): %s", len(gone), ", ".join(gone[:10]))
+        return len(ids), gone
+
+
+class CacheSweeper:
+    """Deletes the run directories of one local cache whose runs Redis no longer knows."""
+
+    def __init__(
+        self,
+        client: Redis[bytes],
+        keys: RedisKeys,
+        cache_root: Path,
+        run_ttl_s: float,
+        interval_s: float,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.cache = LocalDir(cache_root)
+        self.run_ttl_s = run_ttl_s
+        self.interval_s = interval_s
+        self._due = 0.0
+        self._lock = threading.Lock()
+
+    def maybe_sweep(self) -> int:
+        """Sweep if ``interval_s`` passed since the last sweep; directories deleted."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._due:
+                return 0
+            self._due = now + self.interval_s
+        return self.sweep()
+
+    def sweep(self) -> int:
+        """Delete every old run directory whose run is gone; how many were deleted."""
+        deleted = 0
+        for batch in _batches(self._old_run_dirs(), BATCH):
+            pipe = self.client.pipeline(transaction=False)
+            for path in batch:
+                pipe.exists(self.keys.run(unquote(path.name)))
+            for path, alive in zip(batch, pipe.execute(), strict=True):
+                if not alive:
+                    self.cache.delete_prefix(path.name)
+                    deleted += 1
+        if deleted:
+            log.info("deleted %d expired run(s) from cache %s", deleted, self.cache.root)
+        return deleted
+
+    def _old_run_dirs(self) -> Iterator[Path]:
+        cutoff = time.time() - self.run_ttl_s
+        try:
+            entries = list(self.cache.root.iterdir())
+        except FileNotFoundError:
+            return
+        for path in entries:
+            try:
+                if path.is_dir() and path.stat().st_mtime < cutoff:
+                    yield path
+            except FileNotFoundError:
+                continue
+
+
+def _batches(items: Iterator[Path], size: int) -> Iterator[list[Path]]:
+    batch: list[Path] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

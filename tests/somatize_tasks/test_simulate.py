@@ -1,0 +1,23 @@
+"""The simulator's arithmetic: it runs, grows as it should, and says when Redis saturates."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from somatize_tasks.cli import main
+from somatize_tasks.simulate import Cluster, Costs, predict
+
+
+def test_more_workers_cost_more_and_saturation_is_reported() -> None:
+    costs = Costs()
+    small, large = predict(Cluster(workers=100), costs), predict(Cluster(workers=10_000), costs)
+    assert 0 < small.cpu < large.cpu and small.memory_bytes < large.memory_bytes
+    busy = predict(Cluster(workers=10_000, plan_size=100_000, runs=10, node_s=0.01), costs)
+    assert busy.cpu > 1 and busy.dispatch_p99_ms is None
+
+
+def test_the_cli_prints_cpu_memory_and_delay() -> None:
+    result = CliRunner().invoke(main, ["simulate", "--workers", "10000", "--plan-size", "1000",
+                                       "--runs", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Redis CPU" in result.output and "MiB" in result.output and "p99" in result.output
