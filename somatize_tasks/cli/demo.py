@@ -73,7 +73,7 @@ def demo(pause_s: float, timeline_path: Path | None) -> None:
         with interrupts_raise(), tempfile.TemporaryDirectory(
             prefix="somatize-demo-", ignore_cleanup_errors=True
         ) as root:
-            # Values over 1 KiB go through the shared store (upload, download), so
+            # Values over 1 KiB go through the shared store (linked in when written), so
             # the demo shows real transfers; smaller ones travel inline.
             cluster = LocalCluster(Path(root), worker_specs(len(DEMO_TAGS), DEMO_TAGS, "demo"),
                                    inline_max_bytes=1024)
@@ -147,7 +147,9 @@ def _story(status: RunStatus, output: Any) -> str:
     return where.rstrip("; ")
 
 
-HOW = {"s3": "shared store", "direct": "inline", "cached": "already stored"}
+#: ``cached``: the value was already in the shared store (on one machine every value
+#: is linked into it when written), so the reader took it from there.
+HOW = {"s3": "shared store", "direct": "inline", "cached": "shared store (already there)"}
 
 
 def transfers_table(transfers: list[dict[str, Any]]) -> Table:
