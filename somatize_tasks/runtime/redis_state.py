@@ -22,141 +22,9 @@ from typing import Any
 from redis import Redis
 
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime import redis_scripts as scripts
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
-
-# KEYS: meta, results, nodes, done, states, latest. ARGV from index b: leaf field,
-# worker id, ttl, then counted sections of pairs: results fields (signals), latest
-# outputs, node statuses, fitted states.
-_RECORD = """
-local function record(b)
-  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return false end
-  if redis.call('HSETNX', KEYS[2], ARGV[b], ARGV[b + 1]) == 0 then return false end
-  local ttl = tonumber(ARGV[b + 2])
-  local i = b + 3
-  local function pairs_into(key)
-    local n = tonumber(ARGV[i]); i = i + 1
-    for _ = 1, n do redis.call('HSET', key, ARGV[i], ARGV[i + 1]); i = i + 2 end
-    return n
-  end
-  pairs_into(KEYS[2])
-  if pairs_into(KEYS[6]) > 0 then redis.call('EXPIRE', KEYS[6], ttl) end
-  local m = tonumber(ARGV[i]); i = i + 1
-  for _ = 1, m do
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); redis.call('SADD', KEYS[4], ARGV[i])
-    i = i + 2
-  end
-  if pairs_into(KEYS[5]) > 0 then redis.call('EXPIRE', KEYS[5], ttl) end
-  redis.call('EXPIRE', KEYS[2], ttl)
-  return true
-end
-"""
-
-# A join on hash ``key``. ARGV from index j: slot field, expr json, remaining field,
-# total field, slot prefix, ttl. Returns every slot once the last branch is in, else
-# false. HMGET in batches: Lua's unpack() has a stack limit well below a wide parallel.
-_JOIN_ON = """
-local function join(key, j)
-  if redis.call('HSETNX', key, ARGV[j], ARGV[j + 1]) == 0 then return false end
-  redis.call('EXPIRE', key, tonumber(ARGV[j + 5]))
-  if redis.call('HINCRBY', key, ARGV[j + 2], -1) ~= 0 then return false end
-  local total = tonumber(redis.call('HGET', key, ARGV[j + 3]))
-  local out = {}
-  for start = 0, total - 1, 1000 do
-    local fields = {}
-    for i = start, math.min(start + 999, total - 1) do fields[#fields + 1] = ARGV[j + 4] .. i end
-    for _, v in ipairs(redis.call('HMGET', key, unpack(fields))) do out[#out + 1] = v end
-  end
-  return out
-end
-"""
-
-_RECORD_LEAF = _RECORD + "return record(1) and 1 or 0"
-# KEYS: results.
-_JOIN = _JOIN_ON + "return join(KEYS[1], 1)"
-# A Parallel branch's completion: record it, then count it into its join, in one trip.
-# KEYS as _RECORD; ARGV: the six join arguments, then the record's. Returns 0 (not
-# recorded), 1 (recorded, the join waits) or every slot (this was the last branch).
-_RECORD_AND_JOIN = _RECORD + _JOIN_ON + """
-if not record(7) then return 0 end
-local out = join(KEYS[2], 1)
-if not out then return 1 end
-return out
-"""
-
-# KEYS: results. ARGV: info json, ttl.
-_NEW_EPOCH = """
-local epoch = redis.call('HINCRBY', KEYS[1], 'epochs', 1)
-redis.call('HSET', KEYS[1], 'e:' .. epoch, ARGV[1])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-return epoch
-"""
-
-# KEYS: active runs, meta, finished, results (deleted), then every key to expire.
-# ARGV: status, finished at, field, value, ttl, run id.
-_FINISH = """
-if redis.call('HGET', KEYS[2], 'status') ~= 'running' then return 0 end
-redis.call('SREM', KEYS[1], ARGV[6])
-redis.call('UNLINK', KEYS[4])
-table.remove(KEYS, 4)
-table.remove(KEYS, 1)
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[4]) end
-redis.call('RPUSH', KEYS[2], ARGV[1])
-for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
-return 1
-"""
-
-# KEYS: meta, nodes. ARGV: state json, task id, node ids...
-# Returns -1 when the task must not run (the run ended, the node is done, or
-# this message is stale: the node was re-dispatched under another task id),
-# else the run's distribution version.
-_MARK_RUNNING = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return -1 end
-local current = redis.call('HGET', KEYS[2], ARGV[3])
-if current then
-  local state = cjson.decode(current)
-  if state['state'] == 'done' or (state['task_id'] and state['task_id'] ~= ARGV[2]) then
-    return -1
-  end
-end
-for i = 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
-return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-"""
-
-
-# KEYS: nodes, results, transfers, meta. ARGV: node id, task id, counter field,
-# marker field, transfer record. Returns the distribution version when this
-# arrival is the block's last missing input (publish it now), else -1: a stale
-# chain (the block was re-dispatched), a redelivered duplicate, or more to come.
-_TRANSFER_ARRIVED = """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current or cjson.decode(current)['task_id'] ~= ARGV[2] then return -1 end
-if redis.call('HGET', KEYS[4], 'status') ~= 'running' then return -1 end
-if redis.call('HSETNX', KEYS[2], ARGV[4], 1) == 0 then return -1 end
-redis.call('RPUSH', KEYS[3], ARGV[5])
-if redis.call('HINCRBY', KEYS[2], ARGV[3], -1) ~= 0 then return -1 end
-if redis.call('HGET', KEYS[4], 'status') ~= 'running' then return -1 end
-return tonumber(redis.call('HGET', KEYS[4], 'version') or '0')
-"""
-
-
-# KEYS: latest. ARGV: epoch, then (node id, expr json) pairs. A recomputed output
-# replaces a node's latest value only where that still is the lost one (same node and
-# pass), never a newer pass's.
-_REPLACE_LATEST = """
-for i = 2, #ARGV, 2 do
-  local field = ARGV[i]
-  local current = redis.call('HGET', KEYS[1], field)
-  if current then
-    local ref = cjson.decode(current)['ref']
-    if ref and ref['node_id'] == ARGV[i] and tostring(ref['iteration'] or 0) == ARGV[1] then
-      redis.call('HSET', KEYS[1], field, ARGV[i + 1])
-    end
-  end
-end
-return 1
-"""
 
 
 def _dumps(value: Any) -> str:
@@ -181,14 +49,14 @@ class RedisRunState:
         #: Blocks recorded as dispatched whose messages are not known to be out yet.
         self.outbox = keys.run(run_id, "outbox")
         self.active_runs = keys.active_runs
-        self._record = client.register_script(_RECORD_LEAF)
-        self._record_and_join = client.register_script(_RECORD_AND_JOIN)
-        self._join = client.register_script(_JOIN)
-        self._new_epoch = client.register_script(_NEW_EPOCH)
-        self._finish = client.register_script(_FINISH)
-        self._mark_running = client.register_script(_MARK_RUNNING)
-        self._transfer_arrived = client.register_script(_TRANSFER_ARRIVED)
-        self._replace_latest = client.register_script(_REPLACE_LATEST)
+        self._record = client.register_script(scripts.RECORD_LEAF)
+        self._record_and_join = client.register_script(scripts.RECORD_AND_JOIN)
+        self._join = client.register_script(scripts.JOIN)
+        self._new_epoch = client.register_script(scripts.NEW_EPOCH)
+        self._finish = client.register_script(scripts.FINISH)
+        self._mark_running = client.register_script(scripts.MARK_RUNNING)
+        self._transfer_arrived = client.register_script(scripts.TRANSFER_ARRIVED)
+        self._replace_latest = client.register_script(scripts.REPLACE_LATEST)
 
     def all_keys(self) -> list[str]:
         return [

@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from somatize_tasks.codecs import codec_for, codec_named
+from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import CodecError, SomatizeError
+from somatize_tasks.runtime.context import RunContext
+from somatize_tasks.runtime.values import Expr
+from somatize_tasks.store import key_part
 
 BUNDLE_FORMAT = "somatize-states"
 BUNDLE_VERSION = 1
@@ -93,3 +97,34 @@ def read_bundle(path: str | Path) -> dict[str, Any]:
 def looks_like_file(states_from: str) -> bool:
     """A ``states_from`` naming an existing file (else it is taken as a run id)."""
     return Path(states_from).is_file()
+
+
+StatesFrom = str | Path | Mapping[str, Any]
+
+
+def states_to_use(
+    context: RunContext, states_from: StatesFrom | None
+) -> tuple[dict[str, Any], dict[str, Expr]]:
+    """What a forward run's ``states_from`` names: values to store for the run (a dict
+    or a states file), or refs already in the store (a fit run's id)."""
+    if states_from is None:
+        return {}, {}
+    if isinstance(states_from, Mapping):
+        return dict(states_from), {}
+    if isinstance(states_from, Path) or looks_like_file(states_from):
+        return read_bundle(states_from), {}
+    return {}, _states_of_run(context, key_part("states_from run id", states_from))
+
+
+def _states_of_run(context: RunContext, run_id: str) -> dict[str, Expr]:
+    state = context.state(run_id)
+    refs = reaching_redis(context.settings, state.fitted_states)
+    if refs:
+        return refs
+    if reaching_redis(context.settings, state.status) is None:
+        raise StatesError(
+            f"states_from: run {run_id} is not in Redis (a wrong id, or it expired after "
+            f"{context.settings.run_ttl_s} s); export a fit run's states while it is kept "
+            "(somatize-tasks states export RUN_ID) and pass the file"
+        )
+    raise StatesError(f"states_from: run {run_id} kept no states (was it a fit run?)")

@@ -16,7 +16,6 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from scheduler import (
@@ -53,7 +52,7 @@ from somatize_tasks.runtime.local import LocalRunResult, run_local
 from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.state import DONE, FAILED
-from somatize_tasks.runtime.states import StatesError, looks_like_file, read_bundle
+from somatize_tasks.runtime.states import StatesFrom, states_to_use
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part
@@ -62,7 +61,6 @@ log = logging.getLogger(__name__)
 INPUT_NODE = "input"
 
 Params = Mapping[str, Mapping[str, Any]]
-StatesFrom = str | Path | Mapping[str, Any]
 
 
 class NoWorkersError(SomatizeError):
@@ -131,7 +129,7 @@ def submit_plan(
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     request = RunRequest(document, input, params, ops)
-    _read_states(context, request, states_from)
+    request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
     request.mode = run_mode(document.plan, mode, has_states, y is not None)
     request.y = y
@@ -156,32 +154,6 @@ def submit_plan(
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
     return DistributionPlan(assignments=[], phases=[], data_transfers=[],
                             warnings=plan_warnings(plan))  # fmt: skip
-
-
-def _read_states(context: RunContext, request: RunRequest, states_from: StatesFrom | None) -> None:
-    """Find the states a forward run uses: another run's (refs) or values to store."""
-    if states_from is None:
-        return
-    if isinstance(states_from, Mapping):
-        request.states = dict(states_from)
-    elif isinstance(states_from, Path) or looks_like_file(states_from):
-        request.states = read_bundle(states_from)
-    else:
-        request.state_refs = _states_of_run(context, key_part("states_from run id", states_from))
-
-
-def _states_of_run(context: RunContext, run_id: str) -> dict[str, Expr]:
-    state = context.state(run_id)
-    refs = reaching_redis(context.settings, state.fitted_states)
-    if refs:
-        return refs
-    if reaching_redis(context.settings, state.status) is None:
-        raise StatesError(
-            f"states_from: run {run_id} is not in Redis (a wrong id, or it expired after "
-            f"{context.settings.run_ttl_s} s); export a fit run's states while it is kept "
-            "(somatize-tasks states export RUN_ID) and pass the file"
-        )
-    raise StatesError(f"states_from: run {run_id} kept no states (was it a fit run?)")
 
 
 def submit_study(
