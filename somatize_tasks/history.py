@@ -5,11 +5,12 @@ time anyone draws a run, a node's first attempt on a worker that died, and
 every loop pass but the last, are gone. The timeline, the dashboard and the
 Soma export read this list to show what really happened.
 
-One list per run, ``<p>:run:<id>:history``. A worker appends one small JSON
-event when a block starts, ends or fails: ``RPUSH``, ``LTRIM`` to the newest
-:data:`MAX_EVENTS` and ``EXPIRE`` to the run's TTL in one round trip, so the
-list is bounded and goes away with the run. Writing is best effort: losing a
-history line must never fail a node.
+One list per run, ``<p>:run:<id>:history``. A block's start and end events
+ride in the scripts that mark it running and record its result (no round
+trip of their own); a failure is pushed on its own. Each write is ``RPUSH``,
+``LTRIM`` to the newest :data:`MAX_EVENTS` and ``EXPIRE`` to the run's TTL,
+so the list is bounded and goes away with the run. A failure's line is best
+effort: losing it must never fail a node.
 """
 
 from __future__ import annotations
@@ -38,24 +39,20 @@ def history_key(keys: RedisKeys, run_id: str) -> str:
     return keys.run(run_id, "history")
 
 
-def record(
-    context: RunContext, run_id: str, nodes: list[str], state: str, epoch: int, **extra: Any
-) -> None:
-    """Append one event (``running``, ``done`` or ``failed``) for a block's nodes."""
-    _push(context, run_id, [{"nodes": nodes, "state": state, "epoch": epoch, **extra}])
+def start_line(worker_id: str, nodes: list[str], epoch: int) -> str:
+    """The ``running`` event of a block, written by the script that marks it running."""
+    return _lines(worker_id, [{"nodes": nodes, "state": "running", "epoch": epoch}])[0]
 
 
-def record_done(
-    context: RunContext, run_id: str, nodes: list[str], epoch: int,
-    times: dict[str, list[float]], ended_at: float,
-) -> None:  # fmt: skip
-    """A block finished: one event per node with its own start and end when the task
-    ran several (a fused chain), else one for the block."""
+def done_lines(
+    worker_id: str, nodes: list[str], epoch: int, times: dict[str, list[float]], ended_at: float
+) -> list[str]:
+    """The ``done`` events of a block, written by the script that records its result:
+    one per node with its own times when the task ran several (a fused chain)."""
     if len(nodes) == 1 or not times:
-        _push(context, run_id, [{"nodes": nodes, "state": "done", "epoch": epoch,
-                                 "ended_at": ended_at}])  # fmt: skip
-        return
-    _push(context, run_id, [
+        return _lines(worker_id, [{"nodes": nodes, "state": "done", "epoch": epoch,
+                                   "ended_at": ended_at}])  # fmt: skip
+    return _lines(worker_id, [
         {"nodes": [n], "state": "done", "epoch": epoch, "started_at": times[n][0],
          "ended_at": times[n][1]} if n in times else
         {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
@@ -63,10 +60,14 @@ def record_done(
     ])  # fmt: skip
 
 
-def _push(context: RunContext, run_id: str, events: list[dict[str, Any]]) -> None:
+def _lines(worker_id: str, events: list[dict[str, Any]]) -> list[str]:
     now = time.time()
-    lines = [json.dumps({"at": now, "worker": context.worker_id, **event},
-                        separators=(",", ":")) for event in events]  # fmt: skip
+    return [json.dumps({"at": now, "worker": worker_id, **event}, separators=(",", ":"))
+            for event in events]  # fmt: skip
+
+
+def _push(context: RunContext, run_id: str, events: list[dict[str, Any]]) -> None:
+    lines = _lines(context.worker_id, events)
     key = history_key(context.keys, run_id)
     try:
         pipe = context.redis.pipeline(transaction=False)

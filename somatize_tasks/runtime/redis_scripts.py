@@ -5,9 +5,10 @@ must not be split (see that module's docstring). KEYS and ARGV are
 documented above each script.
 """
 
-# KEYS: meta, results, nodes, done, states, latest. ARGV from index b: leaf field,
-# worker id, ttl, then counted sections of pairs: results fields (signals), latest
-# outputs, node statuses, fitted states.
+# KEYS: meta, results, nodes, done, states, latest, history. ARGV from index b: leaf
+# field, worker id, ttl, then counted sections of pairs: results fields (signals),
+# latest outputs, node statuses, fitted states; then counted history lines and the
+# history's length limit.
 RECORD = """
 local function record(b)
   if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return false end
@@ -28,6 +29,11 @@ local function record(b)
   end
   if pairs_into(KEYS[5]) > 0 then redis.call('EXPIRE', KEYS[5], ttl) end
   redis.call('EXPIRE', KEYS[2], ttl)
+  local h = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, h do redis.call('RPUSH', KEYS[7], ARGV[i]); i = i + 1 end
+  if h > 0 then
+    redis.call('LTRIM', KEYS[7], -tonumber(ARGV[i]), -1); redis.call('EXPIRE', KEYS[7], ttl)
+  end
   return true
 end
 """
@@ -87,20 +93,25 @@ for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
 return 1
 """
 
-# KEYS: meta, nodes. ARGV: state json, task id, node ids...
+# KEYS: meta, nodes, history. ARGV: state json, task id, history line ('' for none),
+# history length limit, ttl, node ids...
 # Returns -1 when the task must not run (the run ended, the node is done, or
 # this message is stale: the node was re-dispatched under another task id),
 # else the run's distribution version.
 MARK_RUNNING = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return -1 end
-local current = redis.call('HGET', KEYS[2], ARGV[3])
+local current = redis.call('HGET', KEYS[2], ARGV[6])
 if current then
   local state = cjson.decode(current)
   if state['state'] == 'done' or (state['task_id'] and state['task_id'] ~= ARGV[2]) then
     return -1
   end
 end
-for i = 3, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
+for i = 6, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
+if ARGV[3] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[3]); redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
+end
 return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 """
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from redis import Redis
 
+from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime import redis_scripts as scripts
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
@@ -48,6 +49,7 @@ class RedisRunState:
         self.latest_outputs = keys.run(run_id, "latest")
         #: Blocks recorded as dispatched whose messages are not known to be out yet.
         self.outbox = keys.run(run_id, "outbox")
+        self.history = history_key(keys, run_id)
         self.active_runs = keys.active_runs
         self._record = client.register_script(scripts.RECORD_LEAF)
         self._record_and_join = client.register_script(scripts.RECORD_AND_JOIN)
@@ -61,7 +63,7 @@ class RedisRunState:
     def all_keys(self) -> list[str]:
         return [
             self.meta, self.results, self.nodes, self.done, self.finished, self.transfers,
-            self.states, self.latest_outputs, self.outbox,
+            self.states, self.latest_outputs, self.outbox, self.history,
         ]  # fmt: skip
 
     # --- RunState --------------------------------------------------------------------
@@ -88,7 +90,8 @@ class RedisRunState:
 
     @property
     def _record_keys(self) -> list[str]:
-        return [self.meta, self.results, self.nodes, self.done, self.states, self.latest_outputs]
+        return [self.meta, self.results, self.nodes, self.done, self.states,
+                self.latest_outputs, self.history]  # fmt: skip
 
     def _record_args(
         self, bid: int, epoch: int, nodes: list[str], result: LeafResult
@@ -106,6 +109,7 @@ class RedisRunState:
         args.append(len(result.states))
         for node_id, expr in result.states.items():
             args += [node_id, _dumps(expr)]
+        args += [len(result.history), *result.history, MAX_EVENTS]
         return args
 
     def _join_args(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Any]:
@@ -200,8 +204,9 @@ class RedisRunState:
         pipe.execute()
 
     def mark_running(
-        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str
-    ) -> int | None:
+        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
+        history_line: str = "",
+    ) -> int | None:  # fmt: skip
         """Nodes start: the run's distribution version, or None if this task must not run.
 
         None when the run ended, the block already completed, or the message
@@ -211,9 +216,10 @@ class RedisRunState:
             "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
-        version = int(
-            self._mark_running(keys=[self.meta, self.nodes], args=[status, task_id, *nodes])
-        )
+        version = int(self._mark_running(
+            keys=[self.meta, self.nodes, self.history],
+            args=[status, task_id, history_line, MAX_EVENTS, self.ttl_s, *nodes],
+        ))  # fmt: skip
         return None if version < 0 else version
 
     def transfer_arrived(
@@ -248,6 +254,7 @@ class RedisRunState:
             self.states,
             self.latest_outputs,
             self.outbox,
+            self.history,
         ]
         return bool(self._finish(keys=keys, args=args))
 

@@ -47,6 +47,8 @@ class LeafResult:
     states: dict[str, Expr] = field(default_factory=dict)
     #: Each node's [started, ended] when a task runs several (a fused chain).
     node_times: dict[str, list[float]] = field(default_factory=dict)
+    #: The run-history lines to record with the result (somatize_tasks.history).
+    history: list[str] = field(default_factory=list)
     label: str | None = None
     handoff: str | None = None
     worker_id: str = "local"

@@ -65,7 +65,8 @@ def execute_block(
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
-    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id)
+    started = history.start_line(context.worker_id, nodes, epoch)
+    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return
@@ -73,7 +74,6 @@ def execute_block(
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
-    history.record(context, run_id, nodes, "running", epoch)
     try:
         result = run_block(
             engine.program, block, run_id, epoch, input_expr,
@@ -83,7 +83,9 @@ def execute_block(
         history.record_failure(context, run_id, nodes, epoch, exc)
         engine.node_failed(block, epoch, exc, context.worker_id)
         raise
-    history.record_done(context, run_id, nodes, epoch, result.node_times, result.ended_at)
+    result.history = history.done_lines(
+        context.worker_id, nodes, epoch, result.node_times, result.ended_at
+    )
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.

@@ -127,15 +127,20 @@ def test_a_run_appears_its_bars_grow_and_a_failure_shows_red_with_its_message(
     slots = _js(browser, "return document.querySelector('#workers .slots-cell').textContent")
     assert "/2" in slots  # used/total slots
 
-    slow = submit_plan(seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sum")),
-                       params={"rt_sleep": {"s": 4}}, settings=settings, require_workers=True)
+    # One task per node (no fused chain), so rt_sleep_2 starts a second into the run
+    # and its bar visibly widens while the time axis grows with it.
+    unfused = settings.model_copy(update={"fuse_chains": False})
+    slow = submit_plan(seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sleep_2"), ex("rt_sum")),
+                       params={"rt_sleep": {"s": 1}, "rt_sleep_2": {"s": 4}}, settings=unfused,
+                       require_workers=True)  # fmt: skip
     row = f'#runs tr[data-run="{slow.id}"]'
     assert wait_for(lambda: _js(browser, f"return !!document.querySelector('{row}')"), 10, 0.2)
     _js(browser, f"document.querySelector('{row}').click()")
-    assert wait_for(lambda: (_bar(browser, "rt_sleep") or {}).get("state") == "running", 15, 0.2)
-    first = _bar(browser, "rt_sleep")
+    assert wait_for(lambda: (_bar(browser, "rt_sleep_2") or {}).get("state") == "running", 15,
+                    0.2)  # fmt: skip
+    first = _bar(browser, "rt_sleep_2")
     time.sleep(1.6)
-    later = _bar(browser, "rt_sleep")
+    later = _bar(browser, "rt_sleep_2")
     assert first and later and later["width"] > first["width"] + 5, (first, later)  # it grows
     assert later["fill"] == STATE_COLOURS["running"]
     assert slow.wait(timeout=30) is not None
