@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from somatize_tasks.runtime.handle import NodeFailedError
 from somatize_tasks.settings import Settings
 from somatize_tasks.timeline import STATE_COLOURS
 from tests.conftest import REPO, WorkerProcess, free_port, wait_for
+from tests.ops.helpers import stop_group
 from tests.runtime.plans import ex, seq
 
 pytestmark = pytest.mark.slow
@@ -69,13 +69,7 @@ def serving(settings: Settings, log_path: Path, *args: str) -> Iterator[str]:
         assert wait_for(up, 30, 0.1)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import base64
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -29,6 +28,7 @@ import pytest
 from somatize_tasks import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import REPO, WorkerProcess, free_port, wait_for
+from tests.ops.helpers import stop_group
 from tests.runtime.plans import FORK_JOIN, FORK_JOIN_OPS, FORK_JOIN_OUTPUT
 
 pytestmark = pytest.mark.slow
@@ -83,13 +83,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert wait_for(up, 60, 0.2), log_path.read_text()
         yield running
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def test_the_api_needs_the_password(flower: Flower) -> None:
