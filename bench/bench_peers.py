@@ -99,7 +99,7 @@ class Ours:
         run.wait(timeout=600)
         client = run._context.redis
         keys = list(client.scan_iter(match=f"{self.settings.key_prefix}:run:{run.id}*"))
-        used = sum(int(client.memory_usage(k) or 0) for k in keys)
+        used = sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)  # exact, not sampled
         return used / run.progress().total
 
     def close(self) -> None:

@@ -49,9 +49,8 @@ def done_lines(
 ) -> list[str]:
     """The ``done`` events of a block, written by the script that records its result:
     one per node with its own times when the task ran several (a fused chain)."""
-    if len(nodes) == 1 or not times:
-        return _lines(worker_id, [{"nodes": nodes, "state": "done", "epoch": epoch,
-                                   "ended_at": ended_at}])  # fmt: skip
+    if len(nodes) == 1 or not times:  # it ended now: the event's own time says when
+        return _lines(worker_id, [{"nodes": nodes, "state": "done", "epoch": epoch}])
     return _lines(worker_id, [
         {"nodes": [n], "state": "done", "epoch": epoch, "started_at": times[n][0],
          "ended_at": times[n][1]} if n in times else
@@ -61,9 +60,11 @@ def done_lines(
 
 
 def _lines(worker_id: str, events: list[dict[str, Any]]) -> list[str]:
+    """Compact JSON lines; ``epoch`` 0 (outside any loop) is left out, as readers assume."""
     now = time.time()
-    return [json.dumps({"at": now, "worker": worker_id, **event}, separators=(",", ":"))
-            for event in events]  # fmt: skip
+    return [json.dumps({"at": now, "worker": worker_id,
+                        **{k: v for k, v in event.items() if not (k == "epoch" and v == 0)}},
+                       separators=(",", ":")) for event in events]  # fmt: skip
 
 
 def _push(context: RunContext, run_id: str, events: list[dict[str, Any]]) -> None:

@@ -20,6 +20,7 @@ from redis import Redis
 from scheduler import DistributionPlan, ExecutionPlan
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.program import Program, compile_program
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.settings import Settings
@@ -88,7 +89,7 @@ class RunContext:
             return None
         program = compile_program(
             ExecutionPlan.model_validate_json(raw[0]),
-            DistributionPlan.model_validate_json(raw[1]) if raw[1] else None,
+            DistributionPlan.model_validate_json(unpack(raw[1])) if raw[1] else None,
             params=json.loads(raw[2] or b"{}"),
             ops=json.loads(raw[3] or b"{}"),
             version=int(raw[4] or 0),

@@ -20,6 +20,7 @@ from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
 from somatize_tasks.keys import TRANSFER_UPLOAD_TASK, queue_name
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.reaper import Reaper
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
 from somatize_tasks.runtime.values import Expr, materialize
@@ -117,7 +118,7 @@ class PlanRun:
                 f"run {run_id} is not known to Redis at {redacted_url(settings.redis_url)} "
                 "(wrong id or key prefix, or its state expired)"
             )
-        return cls(run_id, context, DistributionPlan.model_validate_json(raw))
+        return cls(run_id, context, DistributionPlan.model_validate_json(unpack(raw)))
 
     def __repr__(self) -> str:
         return f"PlanRun(id={self.id!r})"

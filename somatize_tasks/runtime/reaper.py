@@ -67,6 +67,7 @@ from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.context import RunContext
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.engine import Engine
+from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.values import Expr, refs_in
@@ -302,7 +303,7 @@ class _Repair:
         if program is None:
             raise StrandedError(f"run {self.run_id} is no longer known to Redis")
         raw = self.redis.hget(self.state.meta, "distribution")
-        distribution = DistributionPlan.model_validate_json(raw or b"{}")
+        distribution = DistributionPlan.model_validate_json(unpack(raw or b"{}"))
         chosen: dict[tuple[str, str], tuple[str, str]] = {}
         for assignment in distribution.assignments:
             if assignment.worker_id not in dead:

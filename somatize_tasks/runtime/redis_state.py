@@ -24,6 +24,7 @@ from redis import Redis
 from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime import redis_scripts as scripts
+from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
@@ -350,7 +351,7 @@ class RedisRunState:
     def replace_distribution(self, distribution_json: str) -> None:
         """Store a new distribution and bump its version, so every process reloads it."""
         pipe = self.client.pipeline()
-        pipe.hset(self.meta, "distribution", distribution_json)
+        pipe.hset(self.meta, "distribution", pack(distribution_json))
         pipe.hincrby(self.meta, "version", 1)
         pipe.execute()
 

@@ -50,6 +50,7 @@ from somatize_tasks.runtime.handle import (
 from somatize_tasks.runtime.leaf import STATE_PREFIX
 from somatize_tasks.runtime.local import LocalRunResult, run_local
 from somatize_tasks.runtime.modes import run_mode
+from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.state import DONE, FAILED
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
@@ -318,7 +319,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     meta: dict[str | bytes, bytes | float | int | str] = {
         "status": "running",
         "plan": plan.model_dump_json(),
-        "distribution": distribution.model_dump_json(),
+        "distribution": pack(distribution.model_dump_json()),
         "params": json.dumps(program.params),
         "ops": json.dumps(program.ops),
         "input": json.dumps(input_expr),
