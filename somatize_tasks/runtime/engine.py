@@ -100,11 +100,15 @@ class Engine:
         """What a task block reads: the flow, or its predecessors' latest outputs."""
         if not self.program.follows_graph:
             return flow
-        preds, wants_input = self.program.reads_of(block)
+        return graph_expr(self._latest_of(*self.program.reads_of(block)))
+
+    def _latest_of(self, preds: list[str], wants_input: bool) -> dict[str, Expr]:
+        """The latest outputs of ``preds`` (those that produced one), and the run's
+        input under ``RUN_INPUT`` when a reader has no predecessor."""
         available = self.state.latest(preds)
         if wants_input:
             available[RUN_INPUT] = self.run_input()
-        return graph_expr(available)
+        return available
 
     def run_input(self) -> Expr:
         if self._run_input is None:
@@ -119,10 +123,7 @@ class Engine:
         seed = flow
         if self.program.follows_graph:
             preds = self.program.preds_of(node.node_id)
-            available = self.state.latest(preds)
-            if not preds:
-                available[RUN_INPUT] = self.run_input()
-            seed = node_input_expr(preds, available)
+            seed = node_input_expr(preds, self._latest_of(preds, not preds))
         self.state.set_latest(node.node_id, seed)
         if node.cap == 0:
             self.complete(block.index, epoch, seed)
