@@ -15,6 +15,8 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         JSON>"`` (see :mod:`somatize_tasks.registry`)
     ``<p>:workers:tags``        SET     every tag a worker advertised
     ``<p>:workers:tag:<tag>``   HASH    the same records, for workers with <tag>
+    ``<p>:workers:tasks``       HASH    worker id -> JSON list of the node task ids
+                                        it holds (heartbeat; orphan detection)
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
@@ -75,6 +77,11 @@ class RedisKeys:
     def worker_tags(self) -> str:
         """Every tag a worker advertised (which per-tag hashes exist)."""
         return self.key("workers", "tags")
+
+    @property
+    def workers_tasks(self) -> str:
+        """Which node tasks each live worker holds, as its heartbeat last reported."""
+        return self.key("workers", "tasks")
 
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""

@@ -82,6 +82,38 @@ class PlanInputError(SomatizeError, ValueError):
     """``params`` or ``ops`` name a node the plan does not have."""
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """How far a run may go before the reaper ends it (see ``runtime.reaper``)."""
+
+    deadline_s: float | None = None
+    max_node_deaths: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline_s is not None and not (
+            isinstance(self.deadline_s, int | float) and self.deadline_s > 0
+        ):
+            raise PlanInputError(
+                f"deadline_s must be a positive number of seconds, not {self.deadline_s!r}"
+            )
+        if self.max_node_deaths is not None and not (
+            isinstance(self.max_node_deaths, int) and self.max_node_deaths >= 1
+        ):
+            raise PlanInputError(
+                f"max_node_deaths must be a whole number of at least 1, not "
+                f"{self.max_node_deaths!r}"
+            )
+
+    def meta(self, created_at: float) -> dict[str | bytes, bytes | float | int | str]:
+        """The run meta fields the reaper reads."""
+        found: dict[str | bytes, bytes | float | int | str] = {}
+        if self.deadline_s is not None:
+            found.update(deadline_s=self.deadline_s, deadline_at=created_at + self.deadline_s)
+        if self.max_node_deaths is not None:
+            found["max_node_deaths"] = self.max_node_deaths
+        return found
+
+
 @dataclass
 class RunRequest:
     """Everything a run is asked to do besides where: its data, mode and states."""
@@ -94,6 +126,7 @@ class RunRequest:
     y: Any = None
     states: dict[str, Any] = field(default_factory=dict)  # values to store for the run
     state_refs: dict[str, Expr] = field(default_factory=dict)  # already in the store
+    limits: RunLimits = field(default_factory=RunLimits)
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -114,6 +147,8 @@ def submit_plan(
     mode: str | None = None,
     y: Any = None,
     states_from: StatesFrom | None = None,
+    deadline_s: float | None = None,
+    max_node_deaths: int | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -124,12 +159,19 @@ def submit_plan(
     the run keeps their states) or ``"forward"`` (they use the states of
     ``states_from``: a fit run's id, a states file, or a dict of node id to
     state). ``catalog`` is used only when the plan runs locally.
+
+    ``deadline_s``: the run fails (``RunDeadlineError``, naming what was still
+    unfinished) if it has not ended this many seconds after submission.
+    ``max_node_deaths``: a node whose worker died while running it this many
+    times fails the run (``KilledWorkerError``); default
+    ``SOMATIZE_MAX_NODE_DEATHS``.
     """
+    limits = RunLimits(deadline_s, max_node_deaths)
     document = load_plan_document(plan, predecessors)
     _check_node_names(document.plan, params, ops)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
-    request = RunRequest(document, input, params, ops)
+    request = RunRequest(document, input, params, ops, limits=limits)
     request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
     request.mode = run_mode(document.plan, mode, has_states, y is not None)
@@ -316,7 +358,9 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, request.input)
+    created_at = time.time()
     meta: dict[str | bytes, bytes | float | int | str] = {
+        **request.limits.meta(created_at),
         "status": "running",
         "plan": plan.model_dump_json(),
         "distribution": pack(distribution.model_dump_json()),
@@ -325,7 +369,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         "input": json.dumps(input_expr),
         "node_count": program.node_count,
         "node_ids": json.dumps(plan.node_ids()),
-        "created_at": time.time(),
+        "created_at": created_at,
         "version": 0,
         "time_limits": json.dumps(limits),
         "mode": request.mode,
@@ -398,10 +442,10 @@ class LocalPlanRun(PlanRun):
             raise NodeFailedError(self.id, self._result.error or {})
         return self._result.output
 
-    def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
+    def result(self, node_id: str, *, timeout: float | None = 60.0) -> Any:
         raise LookupError("a local run keeps only its final output; use wait()")
 
-    def states(self) -> dict[str, Any]:
+    def states(self, *, timeout: float | None = 60.0) -> dict[str, Any]:
         return dict(self._result.states)
 
     def cancel(self) -> bool:

@@ -26,6 +26,7 @@ from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
+from somatize_tasks.runtime.deaths import poisoned_redelivery
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
     NODE_BATCH_TASK,
@@ -36,7 +37,7 @@ from somatize_tasks.runtime.dispatch import (
 )
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
-from somatize_tasks.runtime.reaper import finish_recompute
+from somatize_tasks.runtime.recompute import finish_recompute
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,9 @@ def _engine(
 
 
 def execute_block(
-    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str
-) -> None:
+    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
+    redelivered: bool = False,
+) -> None:  # fmt: skip
     """Run one block here and advance its run; a failure fails the run and re-raises."""
     found = _engine(context, run_id)
     if found is None:
@@ -65,6 +67,11 @@ def execute_block(
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
+    poisoned = redelivered and poisoned_redelivery(
+        state, engine.program, block, task_id, context.settings.max_node_deaths)
+    if poisoned:  # it killed the process running it too often (runtime.deaths)
+        state.finish("failed", error=poisoned.detail())
+        return
     started = history.start_line(context.worker_id, nodes, epoch)
     version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
     if version is None:
@@ -92,11 +99,16 @@ def execute_block(
         finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
 
 
+def _redelivered(task: Task[Any, Any]) -> bool:
+    """The broker gave this message back after its process died (runtime.deaths)."""
+    return bool((task.request.delivery_info or {}).get("redelivered"))
+
+
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
 def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
-    execute_block(context, run_id, block, epoch, input, self.request.id or "")
+    execute_block(context, run_id, block, epoch, input, self.request.id or "", _redelivered(self))
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -107,7 +119,8 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     first_error: Exception | None = None
     for bid, epoch, input_expr in blocks:
         try:
-            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+            execute_block(context, run_id, int(bid), int(epoch), input_expr,
+                          self.request.id or "", _redelivered(self))
         except Exception as exc:
             first_error = first_error or exc
     if first_error is not None:
