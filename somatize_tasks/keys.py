@@ -21,12 +21,14 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
-                                        params, ops, input, output, error, times
+                                        params, ops, input, output, error, times,
+                                        limits (``deadline_at``, ``max_node_deaths``)
     ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
                                         task results (first wins), ``n:<node>:
                                         <epoch>`` outputs, ``s:`` loop signals,
                                         ``i:`` saved inputs, ``j:``/``jn:`` joins,
-                                        ``e:`` loop passes, ``p:`` pending transfers
+                                        ``e:`` loop passes, ``p:`` pending transfers,
+                                        ``k:<block>`` deaths (``runtime.deaths``)
     ``<p>:run:<id>:nodes``      HASH    node id -> state JSON (state, worker,
                                         task id, times)
     ``<p>:run:<id>:done``       SET     node ids done (progress)
