@@ -108,7 +108,9 @@ def poisoned_redelivery(
     error when the block reached its limit, else None (run it again).
 
     A process killed by the block's hard time limit is no death: the run fails
-    with ``NodeTimeLimitExceeded`` at once (the reaper's ``overdue`` rule).
+    with ``NodeTimeLimitExceeded`` at once (the reaper's ``overdue`` rule). The
+    pool counts the limit from before ``mark_running``, so an attempt that ran
+    for 90 % of it counts as stopped by it.
     """
     nodes = block.task_node_ids()
     raw = state.client.hget(state.nodes, nodes[0])
@@ -117,7 +119,8 @@ def poisoned_redelivery(
         return None
     hard_s = program.time_limits_s[1]
     if hard_s is not None:
-        killed = overdue(hard_s * len(nodes), {nodes[0]: status}, time.time(), 0.0)
+        limit_s = hard_s * len(nodes)
+        killed = overdue(limit_s, {nodes[0]: status}, time.time(), -0.1 * limit_s)
         if killed is not None:
             return killed
     deaths = record_deaths(state, [status])[int(status["block"])]

@@ -7,6 +7,8 @@ deaths never disturb the session's shared workers.
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -166,3 +168,33 @@ def test_a_run_that_outlasts_the_run_ttl_keeps_its_state(
                       require_workers=True)  # fmt: skip
     assert run.wait(timeout=30) == 7
     assert wait_for(lambda: run.status().state == "done", 1)
+
+
+def test_a_node_running_when_its_worker_restarted_under_its_id_runs_again(
+    own_settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    # The worker comes back before its heartbeat expires (a long TTL here), so the
+    # dead-worker rule never fires: the old process's message is unacknowledged for
+    # an hour, and only the orphan rule sees that nothing runs the node.
+    slow = own_settings.model_copy(update={"key_prefix": f"{own_settings.key_prefix}-rs",
+                                           "heartbeat_ttl_s": 6.0})  # fmt: skip
+    factory = WorkerFactory(slow, tmp_path_factory.mktemp("restart-workers"))
+    try:
+        first = factory.start("same", tags="restart")
+        run = submit_plan(remote("restart", ex("rt_sleep")), input=5,
+                          params={"rt_sleep": {"s": 2}}, settings=slow,
+                          require_workers=True)  # fmt: skip
+        assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)
+        first.signal_group(signal.SIGKILL)
+        first.proc.wait(5)
+        killed = time.monotonic()
+        again = factory.start("same", tags="restart")
+        assert time.monotonic() - killed < slow.heartbeat_ttl_s, "restarted too late to test"
+        with caplog.at_level(logging.WARNING, logger="somatize_tasks.runtime.reaper"):
+            assert run.wait(timeout=60) == 5
+        assert "orphaned: rt_sleep" in caplog.text + again.log()
+        assert run.status().nodes["rt_sleep"].worker == again.worker_id
+        print(f"restarted worker's orphan done {time.monotonic() - killed:.1f} s after the kill")
+    finally:
+        factory.close()
