@@ -340,9 +340,8 @@ def run(
         people.print(f"[yellow]warning:[/yellow] {warning}")
     if result.status != "done":
         error = result.error or {}
-        raise click.ClickException(
-            f"node '{error.get('node_id')}' failed: {error.get('type')}: {error.get('message')}"
-        )
+        where = f"node '{error['node_id']}' failed: " if error.get("node_id") else ""
+        raise click.ClickException(f"{where}{error.get('type')}: {error.get('message')}")
     if states_out is not None:
         write_bundle(states_out, result.states)
         people.print(f"wrote the states of {len(result.states)} nodes to {states_out}")

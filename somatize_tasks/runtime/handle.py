@@ -22,6 +22,7 @@ from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.outputs import OutputReader
 from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.reaper import Reaper
+from somatize_tasks.runtime.revoke import revoke_unfinished
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
 from somatize_tasks.settings import Settings, redacted_url
 from somatize_tasks.store import key_part
@@ -259,13 +260,7 @@ class PlanRun:
         """Stop the run: nothing new starts, running nodes are revoked. False if it had ended."""
         if not self._state.finish(CANCELLED):
             return False
-        task_ids = [
-            data["task_id"]
-            for data in (json.loads(v) for v in self._context.redis.hvals(self._state.nodes))
-            if data.get("state") in ("pending", "running") and data.get("task_id")
-        ]
-        if task_ids:
-            self._context.app.control.revoke(task_ids, terminate=True, signal="SIGTERM")
+        revoke_unfinished(self._context.app, self._context.redis.hvals(self._state.nodes))
         return True
 
     # --- helpers ---------------------------------------------------------------------

@@ -68,6 +68,7 @@ from somatize_tasks.runtime.program import Program
 from somatize_tasks.runtime.recompute import Redispatcher, describe_blocks
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.replacement import StrandedError, replace_dead
+from somatize_tasks.runtime.revoke import revoke_unfinished
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,8 @@ class _Repair:
         nodes = {k.decode(): json.loads(v) for k, v in raw_nodes.items()}
         failure = self._failure(meta, nodes)
         if failure is not None:
-            self._fail(failure)
+            if self._fail(failure) and failure.kind == "RunDeadlineExceeded":
+                revoke_unfinished(self.context.app, raw_nodes.values())  # free their slots
             return True
         if in_outbox and self._publish_unsent(nodes):
             return True
@@ -245,6 +247,8 @@ class _Repair:
                                       f"{message} (waited {grace:g} s for it to come back)",
                                       "WorkerLost"))  # fmt: skip
 
-    def _fail(self, failure: checks.Failure) -> None:
-        if self.state.finish("failed", error=failure.detail()):
-            log.error("run %s failed: %s", self.run_id, failure.message)
+    def _fail(self, failure: checks.Failure) -> bool:
+        if not self.state.finish("failed", error=failure.detail()):
+            return False
+        log.error("run %s failed: %s", self.run_id, failure.message)
+        return True

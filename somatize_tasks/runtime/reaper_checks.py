@@ -127,5 +127,5 @@ def past_deadline(
         named.append(f"{waiting} node(s) not started yet")
     first = next((n for n, s in sorted(nodes.items()) if s.get("state") in UNFINISHED), None)
     worker = nodes[first].get("worker") if first else None
-    return Failure(first, worker, f"run {run_id} passed its deadline of {deadline_s:g} s "
-                   f"with {', '.join(named) or 'nothing'} still unfinished", "RunDeadlineExceeded")
+    return Failure(first, worker, f"run {run_id} passed its deadline of {deadline_s:g} s; "
+                   f"still unfinished: {', '.join(named) or 'nothing'}", "RunDeadlineExceeded")

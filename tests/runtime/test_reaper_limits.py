@@ -11,11 +11,14 @@ import logging
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from redis import Redis
 
+from somatize_tasks.cli import main
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.handle import KilledWorkerError, RunDeadlineError
@@ -150,6 +153,26 @@ def test_a_run_past_its_deadline_fails_naming_what_was_unfinished(
     assert "'rt_sleep' (running on worker" in message and "1 node(s) not started yet" in message
     assert took < 2 + 3 * settings.heartbeat_ttl_s, took
     assert run.status().state == "failed"
+    # The hung node was stopped: its worker no longer holds its task.
+    sleeping = _node_status(run._state, "rt_sleep")
+    registry = Registry.from_settings(settings)
+
+    def released() -> bool:
+        held = registry.held_tasks([sleeping["worker"]])[sleeping["worker"]]
+        return held is not None and sleeping["task_id"] not in held
+
+    assert wait_for(released, 10)
+
+
+def test_the_cli_takes_a_deadline(tmp_path: Path) -> None:
+    plan = json.dumps(par(ex("rt_sleep"), ex("rt_add")))
+    (tmp_path / "plan.json").write_text(plan)
+    (tmp_path / "params.json").write_text(json.dumps({"rt_sleep": {"s": 0.3}}))
+    result = CliRunner().invoke(main, [
+        "run", str(tmp_path / "plan.json"), "--params", str(tmp_path / "params.json"),
+        "--nodes", "tests.runtime.run_nodes", "--deadline", "0.1"])  # fmt: skip
+    assert result.exit_code != 0
+    assert "passed its deadline of 0.1 s" in result.output, result.output
 
 
 def test_a_local_run_past_its_deadline_fails_between_nodes() -> None:
