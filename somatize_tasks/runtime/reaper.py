@@ -201,9 +201,11 @@ class _Repair:
         return True
 
     def _program(self, dead: set[str]) -> Program | None:
+        """The program to dispatch with: dead workers' nodes moved, else as it is now
+        (reloaded: another watcher may have moved nodes since this process cached it)."""
         if dead:
             return replace_dead(self.context, self.run_id, dead, self.live)
-        return self.context.program(self.run_id)
+        return self.context.program(self.run_id, refresh=True)
 
     def _killed_too_often(self, nodes: checks.Nodes, lost: list[str], max_deaths: int) -> bool:
         """Count the deaths of the blocks that were running; fail the run if one
