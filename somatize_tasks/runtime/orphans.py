@@ -7,7 +7,8 @@ heartbeat expired (the old process's messages sit unacknowledged until the
 visibility timeout, an hour), or its message was lost. Its worker's
 heartbeat is fresh, so the dead-worker rule never fires.
 
-The rule (one HMGET per run with suspects, nothing per worker per run):
+The rule (no Redis call for a run without suspects; one ``HMGET`` per sweep
+for the workers of all suspects, however many runs they belong to):
 
 - Every heartbeat reports the node task ids its worker holds (reserved,
   waiting for an ETA, or running; ``<p>:workers:tasks``, see
@@ -54,6 +55,12 @@ class OrphanWatch:
         self.ttl_s = ttl_s
         # (run id, node id, task id) -> when first seen missing (monotonic).
         self._noticed: dict[tuple[str, str, str], float] = {}
+        # Worker reports read this sweep (one read per worker per sweep).
+        self._reports: dict[str, frozenset[str] | None] = {}
+
+    def new_sweep(self) -> None:
+        """Reports read before are stale now: read them again when needed."""
+        self._reports = {}
 
     def forget_runs_except(self, run_ids: set[str]) -> None:
         """Drop notes of runs no longer active (bounded memory)."""
@@ -67,7 +74,7 @@ class OrphanWatch:
             self._noticed.pop(key)
         if not suspects:
             return []
-        held = self.registry.held_tasks({s["worker"] for s in suspects.values()})
+        held = self._held({s["worker"] for s in suspects.values()})
         now = time.monotonic()
         found = []
         for node_id, status in suspects.items():
@@ -79,6 +86,12 @@ class OrphanWatch:
             if now - first >= self.ttl_s:
                 found.append(node_id)
         return found
+
+    def _held(self, workers: set[str]) -> dict[str, frozenset[str] | None]:
+        missing = workers - set(self._reports)
+        if missing:
+            self._reports.update(self.registry.held_tasks(missing))
+        return self._reports
 
     def _candidates(
         self, nodes: dict[str, dict[str, Any]], live: set[str], now: float

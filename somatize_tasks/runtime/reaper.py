@@ -101,6 +101,7 @@ class Reaper:
         raw = self.context.redis.smembers(self.context.keys.active_runs)
         active = {run_id.decode() for run_id in raw}
         self.orphans.forget_runs_except(active)
+        self.orphans.new_sweep()
         return [run_id for run_id in sorted(active) if self.repair(run_id, live)]
 
     def repair(self, run_id: str, live: dict[str, WorkerInfo] | None = None) -> bool:
@@ -109,8 +110,11 @@ class Reaper:
         lease_ms = int(max(10.0, 5 * self.settings.heartbeat_ttl_s) * 1000)
         if not self.context.redis.set(lease, self.owner, nx=True, px=lease_ms):
             return False
+        if live is None:  # a repair of its own, not part of a sweep
+            live = self._live()
+            self.orphans.new_sweep()
         try:
-            return _Repair(self, run_id, live if live is not None else self._live()).run()
+            return _Repair(self, run_id, live).run()
         finally:
             self._release(keys=[lease], args=[self.owner])
 
