@@ -100,6 +100,18 @@ def killed_worker(
     )
 
 
+def fail_for_deaths(
+    state: RedisRunState, failure: Failure, nodes: list[str], status: dict[str, Any]
+) -> bool:
+    """End the run with ``failure``; its nodes show as failed, not running for ever
+    (marked first: whoever sees the run failed sees them failed too)."""
+    if not state.is_active():
+        return False
+    state.mark_nodes(nodes, "failed", status.get("worker") or "?", int(status.get("epoch", 0)),
+                     error=failure.message)  # fmt: skip
+    return state.finish("failed", error=failure.detail())
+
+
 def poisoned_redelivery(
     state: RedisRunState, program: Program, block: Block, task_id: str, default_limit: int
 ) -> Failure | None:

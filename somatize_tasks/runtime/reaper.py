@@ -60,7 +60,7 @@ from scheduler import WorkerInfo
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime import reaper_checks as checks
 from somatize_tasks.runtime.context import RunContext
-from somatize_tasks.runtime.deaths import killed_worker, record_deaths
+from somatize_tasks.runtime.deaths import fail_for_deaths, killed_worker, record_deaths
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.orphans import OrphanWatch
 from somatize_tasks.runtime.outbox import outbox_grace, unsent_blocks
@@ -219,7 +219,9 @@ class _Repair:
         for bid, workers in record_deaths(self.state, list(running.values())).items():
             if len(workers) >= limit:
                 names = sorted(n for n, s in nodes.items() if s.get("block") == bid)
-                self._fail(killed_worker(self.run_id, names, workers, limit))
+                failure = killed_worker(self.run_id, names, workers, limit)
+                if fail_for_deaths(self.state, failure, names, running[bid]):
+                    log.error("run %s failed: %s", self.run_id, failure.message)
                 return True
         return False
 

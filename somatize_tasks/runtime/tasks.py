@@ -26,7 +26,7 @@ from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
-from somatize_tasks.runtime.deaths import poisoned_redelivery
+from somatize_tasks.runtime.deaths import fail_for_deaths, poisoned_redelivery
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
     NODE_BATCH_TASK,
@@ -70,7 +70,7 @@ def execute_block(
     poisoned = redelivered and poisoned_redelivery(
         state, engine.program, block, task_id, context.settings.max_node_deaths)
     if poisoned:  # it killed the process running it too often (runtime.deaths)
-        state.finish("failed", error=poisoned.detail())
+        fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
         return
     started = history.start_line(context.worker_id, nodes, epoch)
     version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)

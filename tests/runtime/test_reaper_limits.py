@@ -72,9 +72,13 @@ def test_a_node_that_kills_its_pool_process_fails_the_run_after_three_deaths(
     message = str(caught.value)
     assert caught.value.node_id == "rt_suicide"
     assert "died 3 times" in message and message.count(worker.worker_id) >= 3, message
+    assert run.status().nodes["rt_suicide"].state == "failed", (
+        run._state.client.hgetall(run._state.nodes), worker.log()[-4000:])
     assert worker.proc.poll() is None and worker.worker_id in _live_ids(own_settings)
     assert worker.log().count("exited with 'signal 9 (SIGKILL)'") == 3, worker.log()[-3000:]
-    print(f"prefork: 3 child deaths -> KilledWorker in {time.monotonic() - started:.1f} s")
+    redelivered = worker.log().count("lost its worker process")
+    print(f"prefork: 3 child deaths ({redelivered} seen on redelivery) -> KilledWorker in "
+          f"{time.monotonic() - started:.1f} s")
     worker.stop()
 
 
@@ -97,6 +101,7 @@ def test_a_node_that_kills_its_whole_worker_stops_at_the_runs_limit(
     message = str(caught.value)
     assert "died 2 times" in message
     assert all(w.worker_id in message for w in dead), message
+    assert run.status().nodes["rt_suicide"].state == "failed"
     survivor = next(w for w in workers if w not in dead)
     assert survivor.worker_id in _live_ids(own_settings)
     print(f"solo: 2 worker deaths -> KilledWorker in {time.monotonic() - started:.1f} s")
