@@ -6,6 +6,7 @@
     │   ├── UnknownNodeError        no entry of that name on this worker (LookupError)
     │   ├── DuplicateNodeError      two different callables claim one name
     │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
+    ├── PlanInputError              params or ops do not fit the plan (ValueError)
     ├── CodecError                  a value cannot be encoded or decoded (TypeError)
     ├── MissingStateError           a forward run has no state for a trainable filter
     └── ArtifactError               the artifact store cannot serve a request
@@ -89,6 +90,10 @@ class DuplicateNodeError(CatalogError, ValueError):
 
 class NodeParamsError(CatalogError, TypeError):
     """The parameters a run gives a node do not match its signature."""
+
+
+class PlanInputError(SomatizeError, ValueError):
+    """``params`` or ``ops`` are malformed or name a node the plan does not have."""
 
 
 class CodecError(SomatizeError, TypeError):
