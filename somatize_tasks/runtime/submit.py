@@ -125,9 +125,7 @@ def submit_plan(
     ``states_from``: a fit run's id, a states file, or a dict of node id to
     state). ``catalog`` is used only when the plan runs locally.
     """
-    document = load_plan_document(plan, predecessors)
-    check_run_inputs(document.plan, params, ops, catalog or default_catalog, wire=True)
-    check_value_depth(input, "input")
+    document = check_request(plan, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     request = RunRequest(document, input, params, ops)
@@ -151,6 +149,23 @@ def submit_plan(
             unlock()
             return _run_here(request, distribution, require_workers, catalog, context)
         return _start(context, request, distribution)
+
+
+def check_request(
+    plan: Any,
+    predecessors: Mapping[str, list[str]] | None = None,
+    input: Any = None,
+    params: Any = None,
+    ops: Any = None,
+    catalog: Catalog | None = None,
+) -> PlanDocument:
+    """Everything ``submit_plan`` checks before it talks to Redis: the plan document,
+    ``params``/``ops`` (against ``catalog``, else the producer's default catalog) and
+    the input's nesting. Raises only the project's errors; never records anything."""
+    document = load_plan_document(plan, predecessors)
+    check_run_inputs(document.plan, params, ops, catalog or default_catalog, wire=True)
+    check_value_depth(input, "input")
+    return document
 
 
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
