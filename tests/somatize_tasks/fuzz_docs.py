@@ -44,22 +44,24 @@ class Docs:
         """A valid plan of a few nodes."""
         kinds = ["Execute"] * 3 + ([] if depth > 3 else
                                    ["Sequence", "Parallel", "Loop", "Branch", "Remote", "Step"])
-        kind = self.rng.choice(kinds + ["Composite", "Stream", "Empty"])
+        kind = self.rng.choice([*kinds, "Composite", "Stream", "Empty"])
         kids = lambda: [self.plan(depth + 1) for _ in range(self.rng.randint(1, 3))]  # noqa: E731
         if kind == "Execute":
             return {"Execute": {"node_id": self.node_id()}}
         if kind in ("Sequence", "Parallel"):
             return {kind: kids()}
         if kind == "Loop":
-            return {"Loop": {"node_id": self.node_id(), "body": {"Execute": {"node_id": self.node_id()}},
-                             "max_iterations": 2, "until": {"type": "Exhaust"}, "carry_from": None}}  # fmt: skip
+            body = {"Execute": {"node_id": self.node_id()}}
+            return {"Loop": {"node_id": self.node_id(), "body": body, "max_iterations": 2,
+                             "until": {"type": "Exhaust"}, "carry_from": None}}  # fmt: skip
         if kind in ("Branch", "Step"):
             field = "arms" if kind == "Branch" else "handoffs"
             return {kind: {"node_id": self.node_id(),
                            field: [[f"l{i}", p] for i, p in enumerate(kids())]}}  # fmt: skip
         if kind == "Remote":
             target = self.rng.choice([{"Tag": "gpu"}, {"WorkerId": "w2"}, {"Tag": "cpu"}])
-            return {"Remote": {"node_id": self.node_id(), "target": target, "plan": self.plan(depth + 1)}}  # fmt: skip
+            inner = self.plan(depth + 1)
+            return {"Remote": {"node_id": self.node_id(), "target": target, "plan": inner}}
         if kind == "Composite":
             return {"Composite": {"node_ids": [self.node_id(), self.node_id()]}}
         if kind == "Stream":
@@ -199,7 +201,7 @@ def _unicode_cases() -> Iterator[Case]:
         "plan": good.encode()[:20] + b"\xff\xfe\x80"}
     yield "UTF-16", good.encode("utf-16"), {"plan": good.encode("utf-16")}
     yield "a BOM", "\ufeff" + good, {"plan": "\ufeff" + good}
-    surrogate = '{"plan": {"Execute": {"node_id": "\\ud800"}}, "workers": ' + json.dumps(WORKERS) + "}"
+    surrogate = _schedule_input({"Execute": {"node_id": "@"}}).replace("@", "\\ud800")
     yield "a lone surrogate id", surrogate, {"plan": json.loads(surrogate)["plan"]}
     yield "NUL in an id", _schedule_input({"Execute": {"node_id": "a\u0000b"}}), {
         "plan": {"Execute": {"node_id": "a\u0000b"}}}
