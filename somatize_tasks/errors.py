@@ -13,6 +13,7 @@
         ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
         ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
         ├── ArtifactCorruptError    a stored value's size is not what its ref says
+        ├── DiskFullError           no space left to write a value to a local disk
         └── StoreError              the shared store failed (names endpoint and bucket)
             └── StoreUnavailableError   the store cannot be reached: retry later
     RunError                        a run did not produce its output (Redis unreachable,
@@ -114,6 +115,11 @@ class ArtifactMissingError(ArtifactError, LookupError):
 
 class ArtifactCorruptError(ArtifactError):
     """A stored value's size differs from the size its ref records."""
+
+
+class DiskFullError(ArtifactError):
+    """No space left on a local disk (the cache, or a shared directory): the message
+    names the node, the worker and the path, and says "no space left"."""
 
 
 class StoreError(ArtifactError):
