@@ -42,7 +42,7 @@ def _surely_larger(value: Any, limit: int) -> bool:
 def _free_space(path: Path) -> str:
     for candidate in (path, *path.parents):
         with contextlib.suppress(OSError):
-            return f" ({shutil.disk_usage(candidate).free} bytes free)"
+            return f" (a disk of {shutil.disk_usage(candidate).total} bytes)"
     return ""
 
 
@@ -138,8 +138,8 @@ class ArtifactStore:
     @contextlib.contextmanager
     def _disk(self, run_id: str, node_id: str, key: str) -> Iterator[None]:
         """A full disk while writing ``key`` is a :class:`DiskFullError` naming node,
-        run, worker and path (the partial file is already gone: writes go to a
-        temporary name, deleted on failure)."""
+        run, worker, path and the disk's size (the partial file is already gone:
+        writes go to a temporary name, deleted on failure)."""
         try:
             yield
         except OSError as exc:
@@ -147,7 +147,7 @@ class ArtifactStore:
                 raise
             path = Path(exc.filename) if exc.filename else self.cache.path_for(key)
             raise DiskFullError(
-                f"no space left on device: cannot write the output of node '{node_id}' "
+                f"no space left on device: cannot write the value of node '{node_id}' "
                 f"(run '{run_id}') on worker '{self.worker_id}' to {path}"
                 f"{_free_space(path)}. Free space there or point SOMATIZE_CACHE_DIR "
                 "at a larger disk."

@@ -72,6 +72,33 @@ def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
         factory.close()
 
 
+def test_a_download_to_a_full_disk_fails_the_run_and_leaves_no_partial_file(
+    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    two_workers: Any,
+) -> None:
+    cache = tiny_disk / "download-cache"
+    factory = WorkerFactory(settings.model_copy(update={"cache_dir": cache}),
+                            tmp_path_factory.mktemp("disk-logs"))  # fmt: skip
+    try:
+        worker = factory.start("tinydl", tags="tinydl")
+        plan = {"Sequence": [
+            {"Remote": {"node_id": "r1", "target": {"Tag": "cpu"},
+                        "plan": {"Execute": {"node_id": "rt_make"}}}},
+            {"Remote": {"node_id": "r2", "target": {"Tag": "tinydl"},
+                        "plan": {"Execute": {"node_id": "rt_sum"}}}},
+        ]}  # fmt: skip
+        run = submit_plan(plan, params={"rt_make": {"n": 400_000}}, settings=settings,
+                          require_workers=True)  # fmt: skip
+        with pytest.raises(NodeFailedError) as failed:
+            run.wait(timeout=60)
+        message = str(failed.value).split("\n\nRemote traceback")[0]
+        assert "no space left on device" in message, message
+        assert f"worker '{worker.worker_id}'" in message and str(cache) in message
+        assert _files(cache) == []  # boto3's and our temporary files both went
+    finally:
+        factory.close()
+
+
 def test_a_full_disk_at_submit_is_a_clear_error(tiny_disk: Path, settings: Settings,
                                                 two_workers: Any, tmp_path: Path) -> None:
     producer = settings.model_copy(update={"cache_dir": tiny_disk / "producer-cache"})
