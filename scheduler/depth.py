@@ -29,6 +29,7 @@ MAX_JSON_DEPTH = 128
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
 _OPEN = frozenset("[{")
 _CLOSE = frozenset("]}")
+_CONTAINERS = (Mapping, list, tuple)
 #: A container's place: (parent's trail, key), or None at the top.
 _Trail = tuple[Any, Any] | None
 
@@ -82,22 +83,30 @@ def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     """The path of the first container nested deeper than ``limit`` in a parsed
     value (dicts, lists, tuples), or None. Plan variant objects are not entered:
     their own checks walk them without recursing. Linear in the value's size."""
-    # Each entry keeps a link to its parent's trail; a path is spelled out only
-    # for the one container that is too deep.
+    level = [value] if isinstance(value, _CONTAINERS) else []
+    depth = 1
+    while level:  # level by level: cheap, and no path kept until one is needed
+        if depth > limit:
+            return _locate(value, limit)
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, Mapping) else item)
+                 if isinstance(child, _CONTAINERS)]  # fmt: skip
+        depth += 1
+    return None
+
+
+def _locate(value: Any, limit: int) -> str:
+    """The path of the first container deeper than ``limit`` (known to exist)."""
+    # Each entry keeps a link to its parent's trail; only the one found is spelled out.
     stack: list[tuple[Any, int, _Trail]] = [(value, 1, None)]
     while stack:
         item, depth, trail = stack.pop()
         if depth > limit:
             return _spell(trail)
-        if isinstance(item, Mapping):
-            pairs: Any = item.items()
-        elif isinstance(item, list | tuple):
-            pairs = enumerate(item)
-        else:
-            continue
+        pairs: Any = item.items() if isinstance(item, Mapping) else enumerate(item)
         stack.extend((child, depth + 1, (trail, key)) for key, child in pairs
-                     if isinstance(child, Mapping | list | tuple))  # fmt: skip
-    return None
+                     if isinstance(child, _CONTAINERS))  # fmt: skip
+    return "(top level)"
 
 
 def _spell(trail: _Trail) -> str:
