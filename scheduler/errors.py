@@ -24,14 +24,17 @@ def shorten(text: str, most: int = MAX_LINE_CHARS) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def listing(items: Iterable[object], most: int = MAX_LISTED, sep: str = ", ") -> str:
-    """The first ``most`` items joined with ``sep``, then "… and K more": a list in
-    an error message stays readable however long the input was."""
+def listing(
+    items: Iterable[object], most: int = MAX_LISTED, sep: str = ", ",
+    item_chars: int = MAX_LINE_CHARS,
+) -> str:
+    """The first ``most`` items (each cut to ``item_chars``) joined with ``sep``, then
+    "… and K more": a list in an error message stays small however long the input."""
     shown: list[str] = []
     extra = 0
     for item in items:
         if len(shown) < most:
-            shown.append(shorten(str(item), 120))
+            shown.append(shorten(str(item), item_chars))
         else:
             extra += 1
     more = f"{sep}… and {extra} more" if extra else ""

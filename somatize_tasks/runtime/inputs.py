@@ -49,8 +49,8 @@ def check_run_inputs(
         unknown = sorted(set(mapping or {}) - known)
         if unknown:
             raise PlanInputError(
-                f"{what} names nodes the plan does not have: {listing(unknown)}; "
-                f"the plan's nodes are: {listing(sorted(known))}"
+                f"{what} names nodes the plan does not have: {listing(unknown, item_chars=60)}; "
+                f"the plan's nodes are: {listing(sorted(known), item_chars=60)}"
             )
     if wire and params:
         _check_json("params", params)

@@ -100,3 +100,19 @@ def _nested(levels: int) -> Any:
     for _ in range(levels):
         value = [value]
     return value
+
+
+def test_bad_params_name_the_node_and_the_parameter(tmp_path: Path) -> None:
+    plan = {"Sequence": [{"Execute": {"node_id": "scale_1"}}, {"Execute": {"node_id": "shift"}}]}
+    with pytest.raises(SomatizeError, match=r"node 'scale_1': .*\['bogus'\].*it takes: k"):
+        check_request(plan, params={"scale_1": {"bogus": 1}}, catalog=_catalog())
+    with pytest.raises(SomatizeError, match=r"params for node 'shift' must be an object"):
+        check_request(plan, params={"shift": 5}, catalog=_catalog())
+    plan_file, params_file = tmp_path / "plan.json", tmp_path / "params.json"
+    plan_file.write_text('{"Execute": {"node_id": "normalize"}}')
+    params_file.write_text('{"normalize": {"n": 5}}')
+    result = CliRunner().invoke(main, ["run", str(plan_file), "--params", str(params_file),
+                                       "--nodes", "somatize_tasks.examples.nodes"])  # fmt: skip
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output.startswith("Error: node 'normalize': ") and "['n']" in result.output
+    assert "it takes: pause_s" in result.output
