@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from somatize_tasks.cli import main
 from somatize_tasks.errors import DiskFullError
 from somatize_tasks.runtime.handle import NodeFailedError
+from somatize_tasks.runtime.states import StatesError, write_bundle
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import S3Endpoint, WorkerFactory
@@ -172,3 +173,11 @@ def _gc_uploads(settings: Settings, grace_s: float) -> str:
                                        str(grace_s)], env=settings.to_env())  # fmt: skip
     assert result.exit_code == 0, result.output
     return str(result.output)
+
+
+def test_a_states_file_on_a_full_disk_is_a_clear_error_and_no_half_file(tiny_disk: Path) -> None:
+    target = tiny_disk / "states" / "fit.json"
+    target.parent.mkdir()
+    with pytest.raises(StatesError, match=r"cannot write states file .*No space left on device"):
+        write_bundle(target, {"model": BIG_INPUT})
+    assert _files(target.parent) == []
