@@ -16,6 +16,8 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from scheduler import Execute, Sequence
+
 WORKERS = [
     {"id": "w1", "name": "A", "tags": ["gpu"], "gpu": True, "cpu_cores": 8,
      "active_jobs": 0, "max_concurrent": 4},
@@ -168,6 +170,10 @@ def _deep_cases(docs: Docs) -> Iterator[Case]:
     for _ in range(3_000):
         deep_value = [deep_value]
     yield "deep parsed value", "[]", {"plan": deep_value}
+    built: Any = Execute(node_id="a")
+    for _ in range(5_000):
+        built = Sequence(steps=[built])
+    yield "deep plan objects", "[]", {"plan": built}
     yield "deep input", _schedule_input("Empty"), {"plan": "Empty", "input": deep_value}
     yield ("deep params", _schedule_input({"Execute": {"node_id": "scale_1"}}),
            {"plan": {"Execute": {"node_id": "scale_1"}}, "params": {"scale_1": {"k": deep_value}}})
