@@ -46,6 +46,7 @@ from urllib.parse import unquote
 
 from redis import Redis
 
+from somatize_tasks.errors import StoreError
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.store import SharedStore, key_part
 from somatize_tasks.store.local import LocalDir
@@ -124,7 +125,11 @@ class RunCollector:
         """Abort the store's multipart uploads under its prefix started more than
         ``grace_s`` ago; how many (a store without multipart uploads has none)."""
         abort: Callable[[float], int] | None = getattr(self.shared(), "abort_stale_uploads", None)
-        return 0 if abort is None else abort(grace_s)
+        try:
+            return 0 if abort is None else abort(grace_s)
+        except StoreError as exc:  # the store is down: the next collection tries again
+            log.warning("could not abort stale multipart uploads: %s", exc)
+            return 0
 
     def _collect_batch(self, skip: int) -> tuple[int, list[str]]:
         cutoff = time.time() - self.run_ttl_s
