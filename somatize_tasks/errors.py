@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler.errors import listing
+
 
 class SomatizeError(Exception):
     """Root of every error somatize_tasks raises on purpose."""
@@ -67,7 +69,7 @@ class UnknownNodeError(CatalogError, LookupError):
         cls, node: str, worker_id: str | None, available: Sequence[str]
     ) -> UnknownNodeError:
         where = f"worker '{worker_id}'" if worker_id else "this process"
-        held = ", ".join(sorted(available)) or "nothing (was it started with --nodes?)"
+        held = listing(sorted(available)) or "nothing (was it started with --nodes?)"
         return cls(
             f"node '{node}' is not in the catalog of {where}; it holds: {held}",
             node=node,
