@@ -145,6 +145,13 @@ def test_partial_files_are_swept_at_worker_start_and_by_gc(
     result = CliRunner().invoke(main, ["gc"], env=local.to_env())
     assert result.exit_code == 0, result.output
     assert not old.exists() and young.exists() and kept.exists()
+    # A shared directory (one machine) is swept the same way.
+    shared = local.model_copy(update={"store_kind": "local",
+                                      "store_dir": tmp_path_factory.mktemp("sweep-store")})
+    in_store = _leave_partial(shared.store_dir / "run3" / "node", age_s=3_600)
+    result = CliRunner().invoke(main, ["gc", "--no-caches"], env=shared.to_env())
+    assert "1 partial file(s) from the shared directory" in result.output, result.output
+    assert not in_store.exists()
 
 
 def test_gc_aborts_abandoned_multipart_uploads_under_the_prefix(
