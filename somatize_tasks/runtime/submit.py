@@ -30,10 +30,14 @@ from scheduler import (
     schedule,
     schedule_study,
 )
-from somatize_tasks.catalog import Catalog
+from scheduler.depth import check_value_depth
+from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
-from somatize_tasks.errors import SomatizeError
+from somatize_tasks.errors import (
+    PlanInputError,  # noqa: F401 - re-exported (its old home)
+    SomatizeError,
+)
 from somatize_tasks.registry import Registry
 from somatize_tasks.reservations import reservations_of, reserve_run, unlock
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
@@ -41,22 +45,19 @@ from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.elected import sweep_producer_cache
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.handle import (
-    NodeFailedError,
-    NodeStatus,
     PlanRun,
-    Progress,
-    RunStatus,
 )
+from somatize_tasks.runtime.inputs import check_run_inputs
 from somatize_tasks.runtime.leaf import STATE_PREFIX
-from somatize_tasks.runtime.local import LocalRunResult, run_local
+from somatize_tasks.runtime.limits import RunLimits
+from somatize_tasks.runtime.local import run_local
+from somatize_tasks.runtime.local_handle import LocalPlanRun
 from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.program import compile_program
-from somatize_tasks.runtime.state import DONE, FAILED
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
-from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -76,42 +77,6 @@ class NoWorkersError(SomatizeError):
             f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
             "without require_workers=True to run the plan in this process."
         )
-
-
-class PlanInputError(SomatizeError, ValueError):
-    """``params`` or ``ops`` name a node the plan does not have."""
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    """How far a run may go before the reaper ends it (see ``runtime.reaper``)."""
-
-    deadline_s: float | None = None
-    max_node_deaths: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.deadline_s is not None and not (
-            isinstance(self.deadline_s, int | float) and self.deadline_s > 0
-        ):
-            raise PlanInputError(
-                f"deadline_s must be a positive number of seconds, not {self.deadline_s!r}"
-            )
-        if self.max_node_deaths is not None and not (
-            isinstance(self.max_node_deaths, int) and self.max_node_deaths >= 1
-        ):
-            raise PlanInputError(
-                f"max_node_deaths must be a whole number of at least 1, not "
-                f"{self.max_node_deaths!r}"
-            )
-
-    def meta(self, created_at: float) -> dict[str | bytes, bytes | float | int | str]:
-        """The run meta fields the reaper reads."""
-        found: dict[str | bytes, bytes | float | int | str] = {}
-        if self.deadline_s is not None:
-            found.update(deadline_s=self.deadline_s, deadline_at=created_at + self.deadline_s)
-        if self.max_node_deaths is not None:
-            found["max_node_deaths"] = self.max_node_deaths
-        return found
 
 
 @dataclass
@@ -167,8 +132,7 @@ def submit_plan(
     ``SOMATIZE_MAX_NODE_DEATHS``.
     """
     limits = RunLimits(deadline_s, max_node_deaths)
-    document = load_plan_document(plan, predecessors)
-    _check_node_names(document.plan, params, ops)
+    document = check_request(plan, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     request = RunRequest(document, input, params, ops, limits=limits)
@@ -194,6 +158,23 @@ def submit_plan(
         return _start(context, request, distribution)
 
 
+def check_request(
+    plan: Any,
+    predecessors: Mapping[str, list[str]] | None = None,
+    input: Any = None,
+    params: Any = None,
+    ops: Any = None,
+    catalog: Catalog | None = None,
+) -> PlanDocument:
+    """Everything ``submit_plan`` checks before it talks to Redis: the plan document,
+    ``params``/``ops`` (against ``catalog``, else the producer's default catalog) and
+    the input's nesting. Raises only the project's errors; never records anything."""
+    document = load_plan_document(plan, predecessors)
+    check_run_inputs(document.plan, params, ops, catalog or default_catalog, wire=True)
+    check_value_depth(input, "input")
+    return document
+
+
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
     return DistributionPlan(assignments=[], phases=[], data_transfers=[],
                             warnings=plan_warnings(plan))  # fmt: skip
@@ -215,7 +196,7 @@ def submit_study(
     """
     execution_plan = load_plan(plan)
     for trial in trials:
-        _check_node_names(execution_plan, trial, ops)
+        check_run_inputs(execution_plan, trial, ops, default_catalog, wire=True)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
@@ -317,22 +298,6 @@ def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
     )
 
 
-def _check_node_names(
-    plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None
-) -> None:
-    """Every node id must be safe as a storage key; params and ops must name real nodes."""
-    known = set(plan.node_ids())
-    for node_id in known:
-        key_part(f"node id of plan node {node_id!r}", node_id)
-    for what, mapping in (("params", params), ("ops", ops)):
-        unknown = sorted(set(mapping or {}) - known)
-        if unknown:
-            raise PlanInputError(
-                f"{what} names nodes the plan does not have: {', '.join(unknown)}; "
-                f"the plan's nodes are: {', '.join(sorted(known))}"
-            )
-
-
 def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = INPUT_NODE) -> Expr:
     """A run's value as an expression: inline if small, else in the shared store."""
     ref = context.store.put(run_id, node_id, 0, value)
@@ -414,42 +379,3 @@ def _run_here(
         states=states if request.mode == "forward" else None,
     )  # fmt: skip
     return LocalPlanRun(result, distribution, len(request.plan.node_ids()))
-
-
-class LocalPlanRun(PlanRun):
-    """A run that already happened in this process (the no-worker fallback)."""
-
-    def __init__(self, result: LocalRunResult, distribution: DistributionPlan, total: int) -> None:
-        self.id = f"local-{uuid.uuid4().hex[:12]}"
-        self.distribution = distribution
-        self._result = result
-        self._total = total
-
-    def status(self) -> RunStatus:
-        nodes = {
-            n: NodeStatus(s["state"], s.get("worker"), s.get("started_at"), s.get("ended_at"))
-            for n, s in self._result.nodes.items()
-        }
-        return RunStatus(self.id, self._result.status, nodes, self._result.error)
-
-    def progress(self) -> Progress:
-        return Progress(
-            sum(1 for s in self._result.nodes.values() if s["state"] == DONE), self._total
-        )
-
-    def wait(self, timeout: float | None = None) -> Any:
-        if self._result.status == FAILED:
-            raise NodeFailedError(self.id, self._result.error or {})
-        return self._result.output
-
-    def result(self, node_id: str, *, timeout: float | None = 60.0) -> Any:
-        raise LookupError("a local run keeps only its final output; use wait()")
-
-    def states(self, *, timeout: float | None = 60.0) -> dict[str, Any]:
-        return dict(self._result.states)
-
-    def cancel(self) -> bool:
-        return False
-
-    def watch(self) -> None:
-        """Nothing to watch: the run already happened in this process."""
