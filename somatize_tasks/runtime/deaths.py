@@ -23,7 +23,9 @@ run's working state (``k:<block>`` in ``results``: attempt -> worker), so
 two watchers, or a watcher and a redelivery, never count one death twice.
 When a block's count reaches the limit the run fails with
 ``KilledWorker``, naming its nodes and the workers it took down, and the
-block is not run again.
+block is not run again. An attempt that ran for its hard time limit was
+stopped by the pool, not killed by its node: that run fails with
+``NodeTimeLimitExceeded`` at once instead.
 """
 
 from __future__ import annotations
@@ -112,6 +114,18 @@ def fail_for_deaths(
     return state.finish("failed", error=failure.detail())
 
 
+def stopped_by_time_limit(
+    node_id: str, status: dict[str, Any], block_nodes: int, hard_s: float | None
+) -> Failure | None:
+    """A dead attempt that ran for (90 % of) its hard time limit was stopped by it,
+    not killed by its node: the run's time limit error, else None. (The pool counts
+    the limit from before ``mark_running``; a fused chain gets it once per node.)"""
+    if hard_s is None:
+        return None
+    limit_s = hard_s * block_nodes
+    return overdue(limit_s, {node_id: status}, time.time(), -0.1 * limit_s)
+
+
 def poisoned_redelivery(
     state: RedisRunState, program: Program, block: Block, task_id: str, default_limit: int
 ) -> Failure | None:
@@ -120,21 +134,16 @@ def poisoned_redelivery(
     error when the block reached its limit, else None (run it again).
 
     A process killed by the block's hard time limit is no death: the run fails
-    with ``NodeTimeLimitExceeded`` at once (the reaper's ``overdue`` rule). The
-    pool counts the limit from before ``mark_running``, so an attempt that ran
-    for 90 % of it counts as stopped by it.
+    with ``NodeTimeLimitExceeded`` at once (:func:`stopped_by_time_limit`).
     """
     nodes = block.task_node_ids()
     raw = state.client.hget(state.nodes, nodes[0])
     status = json.loads(raw) if raw else {}
     if status.get("state") != "running" or status.get("task_id") != task_id:
         return None
-    hard_s = program.time_limits_s[1]
-    if hard_s is not None:
-        limit_s = hard_s * len(nodes)
-        killed = overdue(limit_s, {nodes[0]: status}, time.time(), -0.1 * limit_s)
-        if killed is not None:
-            return killed
+    killed = stopped_by_time_limit(nodes[0], status, len(nodes), program.time_limits_s[1])
+    if killed is not None:
+        return killed
     deaths = record_deaths(state, [status])[int(status["block"])]
     limit = max_deaths(state, default_limit)
     log.warning("run %s: node %s lost its worker process (death %d of %d allowed)",

@@ -60,7 +60,12 @@ from scheduler import WorkerInfo
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime import reaper_checks as checks
 from somatize_tasks.runtime.context import RunContext
-from somatize_tasks.runtime.deaths import fail_for_deaths, killed_worker, record_deaths
+from somatize_tasks.runtime.deaths import (
+    fail_for_deaths,
+    killed_worker,
+    record_deaths,
+    stopped_by_time_limit,
+)
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.orphans import OrphanWatch
 from somatize_tasks.runtime.outbox import outbox_grace, unsent_blocks
@@ -154,19 +159,21 @@ class _Repair:
         if 0 <= ttl_left < self.state.ttl_s / 2:
             self.state.keep_alive()
         nodes = {k.decode(): json.loads(v) for k, v in raw_nodes.items()}
-        failure = self._failure(meta, nodes)
+        hard_limit_s = json.loads(meta["time_limits"] or b"[null, null]")[1]
+        failure = self._failure(meta, nodes, hard_limit_s)
         if failure is not None:
             if self._fail(failure) and failure.kind == "RunDeadlineExceeded":
                 revoke_unfinished(self.context.app, raw_nodes.values())  # free their slots
             return True
         if in_outbox and self._publish_unsent(nodes):
             return True
-        return self._dispatch_again(nodes, int(meta["max_node_deaths"] or 0))
+        return self._dispatch_again(nodes, int(meta["max_node_deaths"] or 0), hard_limit_s)
 
-    def _failure(self, meta: dict[str, Any], nodes: checks.Nodes) -> checks.Failure | None:
+    def _failure(
+        self, meta: dict[str, Any], nodes: checks.Nodes, hard_limit_s: float | None
+    ) -> checks.Failure | None:
         """The first rule that ends the run now, if any."""
         now = time.time()
-        hard_limit_s = json.loads(meta["time_limits"] or b"[null, null]")[1]
         slack_s = 2 * self.settings.heartbeat_ttl_s
         deadline_at = float(meta["deadline_at"]) if meta["deadline_at"] else None
         if deadline_at is not None and now >= deadline_at:
@@ -178,7 +185,9 @@ class _Repair:
             self.settings.transfer_stall_s,
         )  # fmt: skip
 
-    def _dispatch_again(self, nodes: checks.Nodes, max_deaths: int) -> bool:
+    def _dispatch_again(
+        self, nodes: checks.Nodes, max_deaths: int, hard_limit_s: float | None
+    ) -> bool:
         """Stranded, orphaned and starved blocks go out again (module docstring, 1-3)."""
         stranded = checks.stranded(nodes, self.alive)
         orphaned = self.reaper.orphans.orphaned(self.run_id, nodes, set(self.live))
@@ -186,7 +195,7 @@ class _Repair:
         starved, lost_sources = checks.starved(self.state, nodes, self.alive, stall_before)
         if not stranded and not orphaned and not starved:
             return False
-        if self._killed_too_often(nodes, [*stranded, *orphaned], max_deaths):
+        if self._killed_too_often(nodes, [*stranded, *orphaned], max_deaths, hard_limit_s):
             return True
         dead = {nodes[n]["worker"] for n in stranded} | lost_sources
         try:
@@ -211,10 +220,18 @@ class _Repair:
             return replace_dead(self.context, self.run_id, dead, self.live)
         return self.context.program(self.run_id, refresh=True)
 
-    def _killed_too_often(self, nodes: checks.Nodes, lost: list[str], max_deaths: int) -> bool:
+    def _killed_too_often(
+        self, nodes: checks.Nodes, lost: list[str], max_deaths: int, hard_limit_s: float | None
+    ) -> bool:
         """Count the deaths of the blocks that were running; fail the run if one
-        reached its limit (:mod:`somatize_tasks.runtime.deaths`)."""
+        reached its limit, or was stopped by its time limit (``runtime.deaths``)."""
         running = {nodes[n]["block"]: nodes[n] for n in lost if nodes[n].get("state") == "running"}
+        for bid, status in running.items():
+            names = [n for n, s in nodes.items() if s.get("block") == bid]
+            stopped = stopped_by_time_limit(names[0], status, len(names), hard_limit_s)
+            if stopped is not None:
+                self._fail(stopped)
+                return True
         limit = max_deaths or self.settings.max_node_deaths
         for bid, workers in record_deaths(self.state, list(running.values())).items():
             if len(workers) >= limit:
