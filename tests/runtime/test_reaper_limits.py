@@ -226,3 +226,21 @@ def test_a_node_running_when_its_worker_restarted_under_its_id_runs_again(
         print(f"restarted worker's orphan done {time.monotonic() - killed:.1f} s after the kill")
     finally:
         factory.close()
+
+
+def test_nodes_queued_behind_a_busy_worker_are_not_taken_for_orphans(
+    own_settings: Settings, own_workers: WorkerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One slot, held for longer than the orphan rule needs (two TTLs): the nodes
+    # behind it wait reserved by the worker or in its queue, and must stay put.
+    worker = own_workers.start("busy", tags="queue-c", concurrency=1)
+    blocker = submit_plan(remote("queue-c", ex("rt_sleep")), input=0,
+                          params={"rt_sleep": {"s": 3 * own_settings.heartbeat_ttl_s}},
+                          settings=own_settings, require_workers=True)  # fmt: skip
+    assert wait_for(lambda: blocker.status().nodes["rt_sleep"].state == "running", 20)
+    queued = [submit_plan(remote("queue-c", ex("rt_add")), input=i, settings=own_settings,
+                          require_workers=True) for i in range(4)]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="somatize_tasks.runtime.reaper"):
+        assert [run.wait(timeout=60) for run in queued] == [1, 2, 3, 4]
+    assert blocker.wait(timeout=30) == 0
+    assert "dispatched node(s)" not in caplog.text + worker.log(), caplog.text
