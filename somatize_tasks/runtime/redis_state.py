@@ -23,6 +23,7 @@ from redis import Redis
 
 from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.reservations import reservation_field, reservation_keys
 from somatize_tasks.runtime import redis_scripts as scripts
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
@@ -52,6 +53,7 @@ class RedisRunState:
         self.outbox = keys.run(run_id, "outbox")
         self.history = history_key(keys, run_id)
         self.active_runs = keys.active_runs
+        self.reservations = reservation_keys(keys)
         self._record = client.register_script(scripts.RECORD_LEAF)
         self._record_and_join = client.register_script(scripts.RECORD_AND_JOIN)
         self._join = client.register_script(scripts.JOIN)
@@ -206,20 +208,23 @@ class RedisRunState:
 
     def mark_running(
         self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
-        history_line: str = "",
+        history_line: str = "", *, release_slot: bool = False,
     ) -> int | None:  # fmt: skip
         """Nodes start: the run's distribution version, or None if this task must not run.
 
         None when the run ended, the block already completed, or the message
         is stale (the block was re-dispatched elsewhere under a new task id).
+        With ``release_slot``, a start also gives back one slot the run
+        reserved on ``worker_id`` (:mod:`somatize_tasks.reservations`).
         """
         status = _dumps({
             "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
+        field = reservation_field(worker_id, self.run_id) if release_slot else ""
         version = int(self._mark_running(
-            keys=[self.meta, self.nodes, self.history],
-            args=[status, task_id, history_line, MAX_EVENTS, self.ttl_s, *nodes],
+            keys=[self.meta, self.nodes, self.history, *self.reservations],
+            args=[status, task_id, history_line, MAX_EVENTS, self.ttl_s, field, *nodes],
         ))  # fmt: skip
         return None if version < 0 else version
 

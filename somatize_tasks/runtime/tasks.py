@@ -24,7 +24,6 @@ from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
-from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
@@ -66,11 +65,12 @@ def execute_block(
     nodes = block.task_node_ids()
     state = dispatcher.state
     started = history.start_line(context.worker_id, nodes, epoch)
-    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
+    # Starting gives back a slot the run reserved here: the heartbeat counts it now.
+    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started,
+                                 release_slot=True)  # fmt: skip
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return
-    reservations_of(context).release_one(context.worker_id, run_id)  # the heartbeat counts it now
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
