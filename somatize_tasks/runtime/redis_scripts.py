@@ -5,6 +5,13 @@ must not be split (see that module's docstring). KEYS and ARGV are
 documented above each script.
 """
 
+from __future__ import annotations
+
+import weakref
+
+from redis import Redis
+from redis.commands.core import Script
+
 # KEYS: meta, results, nodes, done, states, latest, history. ARGV from index b: leaf
 # field, worker id, ttl, then counted sections of pairs: results fields (signals),
 # latest outputs, node statuses, fitted states; then counted history lines and the
@@ -156,3 +163,25 @@ for i = 2, #ARGV, 2 do
 end
 return 1
 """
+
+
+_SCRIPTS = {
+    "record": RECORD_LEAF, "record_and_join": RECORD_AND_JOIN,
+    "join": JOIN, "new_epoch": NEW_EPOCH, "finish": FINISH,
+    "mark_running": MARK_RUNNING, "transfer_arrived": TRANSFER_ARRIVED,
+    "replace_latest": REPLACE_LATEST,
+}  # fmt: skip
+_registered: weakref.WeakKeyDictionary[Redis[bytes], dict[str, Script]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def registered(client: Redis[bytes]) -> dict[str, Script]:
+    """The run scripts registered on ``client``, once per client: a state is built per
+    task, and hashing eight scripts each time cost ~60 us a block."""
+    found = _registered.get(client)
+    if found is None:
+        found = _registered[client] = {
+            name: client.register_script(text) for name, text in _SCRIPTS.items()
+        }
+    return found
