@@ -10,12 +10,18 @@
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
+
+All three ride out a Redis restart (:mod:`somatize_tasks.runtime.outage`):
+they wait for Redis to answer again and redo their work, rather than end
+with a ``ConnectionError`` that would leave their node ``running``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from celery import Task, shared_task
@@ -36,6 +42,7 @@ from somatize_tasks.runtime.dispatch import (
 )
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.reaper import finish_recompute
 from somatize_tasks.runtime.values import Expr
 
@@ -96,7 +103,13 @@ def execute_block(
 def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
-    execute_block(context, run_id, block, epoch, input, self.request.id or "")
+    task_id = self.request.id or ""
+    _retrying(context, f"run {run_id} block {block}",
+              lambda: execute_block(context, run_id, block, epoch, input, task_id))  # fmt: skip
+
+
+def _retrying(context: RunContext, what: str, action: Callable[[], None]) -> None:
+    through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -105,9 +118,12 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
     first_error: Exception | None = None
+    task_id = self.request.id or ""
     for bid, epoch, input_expr in blocks:
         try:
-            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+            _retrying(context, f"run {run_id} block {bid}", partial(
+                execute_block, context, run_id, int(bid), int(epoch), input_expr, task_id
+            ))  # fmt: skip
         except Exception as exc:
             first_error = first_error or exc
     if first_error is not None:
@@ -120,6 +136,14 @@ def input_ready(
 ) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
+    _retrying(context, f"run {run_id} input of block {block}",
+              lambda: arrive(context, run_id, block, epoch, ref, task_id))  # fmt: skip
+
+
+def arrive(
+    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+) -> None:
+    """Count one arrived input of ``block``; publish the block if it was the last."""
     found = _engine(context, run_id)
     if found is None:
         return
