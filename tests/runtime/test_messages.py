@@ -70,7 +70,9 @@ def _refused(worker: WorkerProcess, task_id: str) -> str | None:
 
 def _stranger(settings: Settings, key: str | None) -> Celery:
     """A producer app over the same broker, signing with ``key`` (or not at all)."""
-    update = {"message_key": SecretStr(key) if key else None, "message_keys_previous": []}
+    update: dict[str, Any] = {
+        "message_key": SecretStr(key) if key else None, "message_keys_previous": [],
+    }
     return create_app(settings.model_copy(update=update))
 
 
