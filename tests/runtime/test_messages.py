@@ -26,7 +26,7 @@ from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import WorkerFactory, WorkerProcess, wait_for
 from tests.runtime import run_nodes  # noqa: F401
-from tests.runtime.plans import ex, seq
+from tests.runtime.plans import MAKE_SUM, ex, remote, seq
 
 pytestmark = pytest.mark.slow
 KEY = "current-key-" + "k" * 20
@@ -56,7 +56,11 @@ def signed_worker(
 ) -> Iterator[WorkerProcess]:
     factory = WorkerFactory(signed, tmp_path_factory.mktemp("signed-workers"))
     try:
-        yield factory.start("signed", tags="cpu")
+        worker = factory.start("signed", tags="cpu", wait=False)
+        factory.start("signed-gpu", tags="gpu", wait=False)
+        for started in factory.started:
+            factory.wait_live(started)
+        yield worker
     finally:
         factory.close()
 
@@ -130,6 +134,19 @@ def test_messages_signed_with_a_previous_key_are_accepted(
     assert KEY not in signed_worker.log() and OLD_KEY not in signed_worker.log()
 
 
+def test_a_value_crossing_workers_through_the_store_travels_in_signed_chains(
+    signed: Settings, signed_worker: WorkerProcess
+) -> None:
+    """upload -> download -> input_ready, with its transfer_failed errback: all signed,
+    the later steps by the workers that publish them."""
+    refused_before = signed_worker.log().count("refused message")
+    run = submit_plan(seq(remote("cpu", ex("rt_make")), remote("gpu", ex("rt_sum"))),
+                      settings=signed, require_workers=True)  # fmt: skip
+    assert run.wait(timeout=60) == MAKE_SUM
+    assert any(t["transfer_type"] == "s3" for t in run.status().transfers)
+    assert signed_worker.log().count("refused message") == refused_before
+
+
 # --- malformed messages ---------------------------------------------------------------
 
 
@@ -188,6 +205,9 @@ def test_malformed_messages_are_refused_in_one_line_and_the_worker_keeps_working
     )
     for name, (_, _, reason) in MALFORMED.items():
         assert reason in (_refused(plain_worker, ids[name]) or ""), name
+    assert "refused message ? id=?: not a task message (no task or id header)" in (
+        plain_worker.log()
+    )
     assert "Unrecoverable error" not in plain_worker.log()
     assert plain_worker.proc.poll() is None
     own = settings.model_copy(update={"key_prefix": plain_worker.settings.key_prefix,
