@@ -1,4 +1,4 @@
-"""Guards around two kombu behaviours that crash a worker when Redis restarts.
+"""Guards around kombu behaviours that crash a worker: a Redis restart, a malformed envelope.
 
 Both come from the same state: the broker connection dropped, Celery closed
 the channel (kombu sets its ``connection`` to None) and opened a new one, but
@@ -17,11 +17,23 @@ Redis, if Redis kept its data) and kombu's periodic sweep restores it once
 the visibility timeout passes; a redelivered copy of a finished node is
 dropped by ``mark_running`` (the node is done), and somatize's reaper
 re-dispatches lost nodes anyway.
+
+A third guard is for what someone pushed onto a queue by hand: kombu parses
+each item it pops (``BRPOP``) as a JSON envelope and builds a message from
+it, outside any handler, so an item that is not JSON (``{not json``), not an
+object (``[1]``) or lacks ``properties`` stops the worker too. The item is
+already popped, so dropping it loses nothing else: :func:`_parse_popped`
+and :func:`_deliver` log one line and drop it (kombu's poller treats
+``Empty`` as "nothing this time"). Well-formed envelopes with a bad body are
+refused later, by :mod:`somatize_tasks.message_guard`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
+from queue import Empty
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
@@ -30,6 +42,10 @@ log = logging.getLogger(__name__)
 _original_restore = kombu_redis.QoS.restore_unacked
 _original_ack = kombu_redis.QoS.ack
 _original_reject = kombu_redis.QoS.reject
+_original_loads = getattr(kombu_redis, "loads")  # noqa: B009  # not in its stubs
+_original_deliver = kombu_redis.Transport._deliver
+#: How much of a malformed item a log line quotes.
+SHOWN_CHARS = 120
 
 
 def _closed(qos: Any) -> bool:
@@ -61,9 +77,58 @@ def _reject(self: Any, delivery_tag: Any, requeue: bool = False) -> None:
     _original_reject(self, delivery_tag, requeue)
 
 
+def _drop(reason: str, raw: Any) -> None:
+    shown = repr(raw)
+    shown = shown if len(shown) <= SHOWN_CHARS else shown[: SHOWN_CHARS - 3] + "..."
+    log.error("refused a malformed item on the broker (%s): %s; dropped", reason, shown)
+
+
+def _parse_popped(text: Any) -> Any:
+    """kombu's ``loads`` in its Redis transport: an item that is not JSON is dropped."""
+    try:
+        return _original_loads(text)
+    except ValueError:
+        _drop("not JSON", text)
+        raise Empty() from None
+
+
+def envelope_problem(payload: Any) -> str | None:
+    """Why ``payload`` is not an envelope kombu can build a message from, or None."""
+    if not isinstance(payload, dict):
+        return "not a JSON object"
+    properties = payload.get("properties")
+    if not isinstance(properties, dict) or "delivery_tag" not in properties:
+        return "no properties with a delivery tag"
+    if not isinstance(properties.get("delivery_info"), dict):
+        return "no delivery info"
+    if not isinstance(payload.get("headers", {}), dict | None):
+        return "headers are not an object"
+    body, encoding = payload.get("body"), properties.get("body_encoding")
+    if body is not None and not isinstance(body, str):
+        return "body is not a string"
+    if encoding not in (None, "utf-8", "base64"):
+        return f"unknown body encoding {str(encoding)[:40]!r}"
+    if body and encoding == "base64":
+        try:
+            base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            return "body is not base64"
+    return None
+
+
+def _deliver(self: Any, message: Any, queue: Any) -> Any:
+    problem = envelope_problem(message)
+    if problem is not None:
+        _drop(problem, message)
+        return None
+    return _original_deliver(self, message, queue)
+
+
 def guard_restore_on_close() -> None:
     """Install the guards (idempotent); workers call it at start-up."""
     if kombu_redis.QoS.restore_unacked is not _restore_unacked:
         kombu_redis.QoS.restore_unacked = _restore_unacked  # type: ignore[method-assign]
         kombu_redis.QoS.ack = _ack  # type: ignore[method-assign]
         kombu_redis.QoS.reject = _reject  # type: ignore[method-assign]
+        setattr(kombu_redis, "loads", _parse_popped)  # noqa: B010
+        kombu_redis.Transport._deliver = _deliver  # type: ignore[method-assign]

@@ -189,6 +189,10 @@ MALFORMED = {
 }
 
 
+RAW_ITEMS = ["{not json", "[1]", '{"body": 1}', '{"body": "!", "properties": '
+             '{"delivery_tag": "t", "delivery_info": {}, "body_encoding": "base64"}}']
+
+
 def test_malformed_messages_are_refused_in_one_line_and_the_worker_keeps_working(
     settings: Settings, plain_worker: WorkerProcess
 ) -> None:
@@ -200,6 +204,8 @@ def test_malformed_messages_are_refused_in_one_line_and_the_worker_keeps_working
     headerless = str(uuid.uuid4())
     client.lpush(plain_worker.queue,
                  _envelope(plain_worker.queue, headerless, b"[1]", "application/json", {}))
+    for raw in RAW_ITEMS:  # not even an envelope kombu can read
+        client.lpush(plain_worker.queue, raw)
     assert wait_for(lambda: all(_refused(plain_worker, i) for i in ids.values()), 15), (
         plain_worker.log()[-3000:]
     )
@@ -216,4 +222,6 @@ def test_malformed_messages_are_refused_in_one_line_and_the_worker_keeps_working
                       require_workers=True)  # fmt: skip
     assert run.wait(timeout=30) == 4
     assert client.llen(plain_worker.queue) == 0  # dropped, not put back
+    assert plain_worker.log().count("refused a malformed item on the broker") == len(RAW_ITEMS)
+    assert plain_worker.proc.poll() is None
     assert "task messages are unsigned" in plain_worker.log()
