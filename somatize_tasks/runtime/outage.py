@@ -10,7 +10,9 @@ again, and a step that did reach Redis before the drop is refused the
 second time (a done block is skipped, an arrived transfer is not counted
 twice).
 
-Past the bound the error propagates; the message was never acknowledged on
+The bound is checked between pings, and each ping of a dead server takes
+redis-py's own retries (about 4 s with its defaults), so a wait may end that
+much past it. Past the bound the error propagates; the message was never acknowledged on
 a live channel, so Redis (if it kept its data) redelivers it after the
 visibility timeout.
 """
