@@ -85,6 +85,7 @@ class SomatizeCelery(Celery):
     """A Celery app that carries its :class:`Settings` (built lazily if not given)."""
 
     amqp_cls = f"{__name__}:ShadowNamedAMQP"
+    control_cls = "somatize_tasks.signed_control:SignedControl"
 
     def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
         super().__init__("somatize_tasks", **kwargs)

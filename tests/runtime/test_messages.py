@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -145,6 +146,35 @@ def test_a_value_crossing_workers_through_the_store_travels_in_signed_chains(
     assert run.wait(timeout=60) == MAKE_SUM
     assert any(t["transfer_type"] == "s3" for t in run.status().transfers)
     assert signed_worker.log().count("refused message") == refused_before
+
+
+def test_remote_control_commands_need_the_key_too(
+    signed: Settings, signed_worker: WorkerProcess
+) -> None:
+    """A harmless command (ping), aimed at this worker only: the fanout reaches every
+    worker on this Redis, and only the destination may act on it."""
+    node = f"{signed_worker.worker_id}@{socket.gethostname()}"
+    assert create_app(signed).control.ping(destination=[node], timeout=3) == [
+        {node: {"ok": "pong"}}
+    ]
+    assert _stranger(signed, None).control.ping(destination=[node], timeout=1) == []
+    assert _stranger(signed, OTHER_KEY).control.ping(destination=[node], timeout=1) == []
+    log = signed_worker.log()
+    assert "refused control command ping: unsigned (no somatize_signature header); ignored" in log
+    assert "refused control command ping: bad signature" in log
+
+
+def test_cancel_reaches_a_signed_worker(signed: Settings, signed_worker: WorkerProcess) -> None:
+    """``PlanRun.cancel``'s revoke is a signed control command: the node is terminated."""
+    run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 20}}, settings=signed,
+                      require_workers=True)  # fmt: skip
+    assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)
+    state = run_context(create_app(signed), signed).state(run.id)
+    task_id = json.loads(state.client.hget(state.nodes, "rt_sleep") or "{}")["task_id"]
+    assert run.cancel()
+    assert wait_for(lambda: f"Terminating {task_id}" in signed_worker.log(), 10), (
+        signed_worker.log()[-2000:]
+    )
 
 
 # --- malformed messages ---------------------------------------------------------------
