@@ -10,13 +10,18 @@
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
+
+All three ride out a Redis restart (:mod:`somatize_tasks.runtime.outage`):
+they wait for Redis to answer again and redo their work, rather than end
+with a ``ConnectionError`` that would leave their node ``running``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Task, shared_task
 
@@ -24,7 +29,6 @@ from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
-from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.deaths import fail_for_deaths, poisoned_redelivery
 from somatize_tasks.runtime.dispatch import (
@@ -37,10 +41,13 @@ from somatize_tasks.runtime.dispatch import (
 )
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.recompute import finish_recompute
+from somatize_tasks.runtime.starts import PendingStart
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _engine(
@@ -57,27 +64,38 @@ def _engine(
 
 def execute_block(
     context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
+    *, started: PendingStart | None = None, ahead: tuple[int, int] | None = None,
     redelivered: bool = False,
-) -> None:  # fmt: skip
-    """Run one block here and advance its run; a failure fails the run and re-raises."""
+) -> PendingStart | None:  # fmt: skip
+    """Run one block here and advance its run; a failure fails the run and re-raises.
+
+    In a batch, ``ahead`` is the next block (block, pass): its start rides in this
+    block's record (:mod:`~somatize_tasks.runtime.starts`) and is returned, to be
+    passed to it as ``started``. ``redelivered``: the broker gave this message
+    back after the process running it died (first attempt only; runtime.deaths).
+    """
     found = _engine(context, run_id)
     if found is None:
-        return
+        return None
     engine, dispatcher = found
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
-    poisoned = redelivered and poisoned_redelivery(
-        state, engine.program, block, task_id, context.settings.max_node_deaths)
-    if poisoned:  # it killed the process running it too often (runtime.deaths)
-        fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
-        return
-    started = history.start_line(context.worker_id, nodes, epoch)
-    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
+    if started is not None and started.sent:
+        version = started.version
+    else:
+        poisoned = redelivered and poisoned_redelivery(
+            state, engine.program, block, task_id, context.settings.max_node_deaths)
+        if poisoned:  # it killed the process running it too often (runtime.deaths)
+            fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
+            return None
+        # Starting gives back a slot the run reserved here: the heartbeat counts it now.
+        version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id,
+                                     history.start_line(context.worker_id, nodes, epoch),
+                                     release_slot=True)  # fmt: skip
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
-        return
-    reservations_of(context).release_one(context.worker_id, run_id)  # the heartbeat counts it now
+        return None
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
@@ -93,10 +111,29 @@ def execute_block(
     result.history = history.done_lines(
         context.worker_id, nodes, epoch, result.node_times, result.ended_at
     )
+    following = None
+    if ahead is not None:
+        next_nodes = engine.program.blocks[ahead[0]].task_node_ids()
+        following = state.pending_start(
+            next_nodes, context.worker_id, ahead[0], ahead[1], task_id,
+            history.start_line(context.worker_id, next_nodes, ahead[1]), release_slot=True,
+        )  # fmt: skip
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.
         finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
+    return following if following is not None and following.sent else None
+
+
+@shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
+def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
+    """Run a plan block on this worker (see the module docstring)."""
+    context = run_context(self.app, settings_of(self.app))
+    task_id = self.request.id or ""
+    first = [_redelivered(self)]  # a redo after a Redis outage is no redelivery
+    _retrying(context, f"run {run_id} block {block}",
+              lambda: execute_block(context, run_id, block, epoch, input, task_id,
+                                    redelivered=bool(first and first.pop())))  # fmt: skip
 
 
 def _redelivered(task: Task[Any, Any]) -> bool:
@@ -104,11 +141,29 @@ def _redelivered(task: Task[Any, Any]) -> bool:
     return bool((task.request.delivery_info or {}).get("redelivered"))
 
 
-@shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
-def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
-    """Run a plan block on this worker (see the module docstring)."""
-    context = run_context(self.app, settings_of(self.app))
-    execute_block(context, run_id, block, epoch, input, self.request.id or "", _redelivered(self))
+def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
+    return through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
+
+
+def _run_batched(
+    context: RunContext, run_id: str, task_id: str, block: list[Any],
+    started: PendingStart | None, ahead: tuple[int, int] | None, redelivered: bool,
+) -> PendingStart | None:  # fmt: skip
+    """One block of a batch, done again after a Redis outage. Only the first
+    attempt uses the start that rode in the previous block's record: a redo
+    marks the block running itself."""
+    bid, epoch, input_expr = int(block[0]), int(block[1]), block[2]
+    handed = [started]
+    first = [redelivered]
+
+    def attempt() -> PendingStart | None:
+        return execute_block(
+            context, run_id, bid, epoch, input_expr, task_id,
+            started=handed.pop() if handed else None, ahead=ahead,
+            redelivered=bool(first and first.pop()),
+        )  # fmt: skip
+
+    return _retrying(context, f"run {run_id} block {bid}", attempt)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -117,11 +172,17 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
     first_error: Exception | None = None
-    for bid, epoch, input_expr in blocks:
+    task_id = self.request.id or ""
+    started: PendingStart | None = None
+    for position, block in enumerate(blocks):
+        ahead = None
+        if position + 1 < len(blocks):
+            ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            execute_block(context, run_id, int(bid), int(epoch), input_expr,
-                          self.request.id or "", _redelivered(self))
+            started = _run_batched(context, run_id, task_id, block, started, ahead,
+                                   _redelivered(self))  # fmt: skip
         except Exception as exc:
+            started = None
             first_error = first_error or exc
     if first_error is not None:
         raise first_error
@@ -133,6 +194,14 @@ def input_ready(
 ) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
+    _retrying(context, f"run {run_id} input of block {block}",
+              lambda: arrive(context, run_id, block, epoch, ref, task_id))  # fmt: skip
+
+
+def arrive(
+    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+) -> None:
+    """Count one arrived input of ``block``; publish the block if it was the last."""
     found = _engine(context, run_id)
     if found is None:
         return

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
@@ -35,8 +36,6 @@ def _redis(port: int, data: Path) -> subprocess.Popen[bytes]:
          "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    import redis
-
     client = redis.Redis(port=port, socket_connect_timeout=0.2)
 
     def up() -> bool:
