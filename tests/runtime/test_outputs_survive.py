@@ -98,6 +98,7 @@ def test_a_busy_holder_is_given_up_on_at_the_callers_timeout(
     assert 2 <= took < 3.5, took
     assert caught.value.worker_id == holder.worker_id and "in time" in str(caught.value)
     assert blocker.wait(timeout=30) == 1
+    assert run.result("rt_make", timeout=10) == MADE  # free again: it hands the value over
 
 
 def _wait_running(run: object) -> bool:
