@@ -92,37 +92,58 @@ class CeleryDispatcher:
         self._dispatch_one(block, epoch, input_expr)
 
     def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
+        records = self.state.client.pipeline()
+        task_id, missing = self._record_one(block, epoch, input_expr, records)
+        records.execute()
+        self._publish_one(block, epoch, input_expr, task_id, missing)
+        self.state.sent([(block.index, epoch)])
+
+    def _record_one(
+        self, block: Block, epoch: int, input_expr: Expr, records: Any
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """Record ``block`` as dispatched (into ``records``): its task id, what it misses."""
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
         self.state.record_dispatch(
             block.task_node_ids(), block.index, epoch, input_expr,
             self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None),
-            missing=len(missing),
+            missing=len(missing), pipe=records,
             transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
         )  # fmt: skip
+        return task_id, missing
+
+    def _publish_one(
+        self, block: Block, epoch: int, input_expr: Expr, task_id: str,
+        missing: list[dict[str, Any]],
+    ) -> None:  # fmt: skip
         if not missing:
             self._send(block, epoch, input_expr, task_id)
         for ref in missing:
-            self._transfer_chain(ref, worker, block, epoch, task_id).apply_async()
-        self.state.sent([(block.index, epoch)])
+            self._transfer_chain(ref, block.worker_id or "", block, epoch, task_id).apply_async()
 
     def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
+        """Every held block is recorded in one transaction (which also clears the
+        completion intent that made them ready), then published."""
+        if not held:
+            return
+        if len(held) == 1:
+            self._dispatch_one(*held[0])
+            return
+        records = self.state.client.pipeline()
+        singles = []
         ready: dict[str, list[tuple[Block, int, Expr]]] = {}
         direct: dict[int, list[str]] = {}
         for item in held:
-            block, _, input_expr = item
+            block, epoch, input_expr = item
             worker = block.worker_id or ""
             missing, inline = self._classify(input_expr, worker)
-            if missing or len(held) == 1:
-                self._dispatch_one(*item)
+            if missing:
+                singles.append((item, *self._record_one(block, epoch, input_expr, records)))
                 continue
             ready.setdefault(worker, []).append(item)
             direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
         batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
-        if not batches:
-            return
-        records = self.state.client.pipeline(transaction=False)
         sends = []
         for batch in batches:
             task_id = uuid()
@@ -135,6 +156,14 @@ class CeleryDispatcher:
                 )  # fmt: skip
             sends.append((batch, task_id))
         records.execute()
+        for (block, epoch, input_expr), task_id, missing in singles:
+            self._publish_one(block, epoch, input_expr, task_id, missing)
+        if singles:
+            self.state.sent([(block.index, epoch) for (block, epoch, _), _, _ in singles])
+        if sends:
+            self._send_all(sends)
+
+    def _send_all(self, sends: list[tuple[list[tuple[Block, int, Expr]], str]]) -> None:
         with self.context.app.producer_or_acquire() as producer:
             for number, (batch, task_id) in enumerate(sends):
                 if number and number % STILL_ACTIVE_EVERY == 0 and not self.state.is_active():

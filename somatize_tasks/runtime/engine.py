@@ -70,6 +70,9 @@ class Engine:
         self.state = state
         self.dispatcher = dispatcher
         self._run_input: Expr | None = None
+        #: Redoing a dead process's follow-up (the reaper): a join it counted in is
+        #: taken as complete when every branch is in.
+        self.redoing = False
 
     def begin(self, input_expr: Expr) -> None:
         """Start the run at its root block."""
@@ -146,21 +149,35 @@ class Engine:
             return self._branch_done(block, parent, epoch, result)
         if not self.state.record_leaf(bid, epoch, block.task_node_ids(), result):
             return False
-        try:
-            if isinstance(node, Branch):
-                arm = node.labels().index(result.label or "")
-                self._skip_others(block, arm)
-                self.start(block.children[arm], epoch, result.output)
-            elif isinstance(node, Step) and result.handoff is not None:
-                target = [label for label, _ in node.handoffs].index(result.handoff)
-                self._skip_others(block, target)
-                self.start(block.children[target], epoch, result.output)
-            else:
-                self._skip_others(block, None)
-                self.complete(bid, epoch, result.output)
-        except ControlFlowError as exc:
-            self.fail(block, exc, result.worker_id)
+        self.follow_up(bid, epoch, result.output, result.label, result.handoff, result.worker_id)
         return True
+
+    def follow_up(
+        self, bid: int, epoch: int, output: Expr, label: str | None, handoff: str | None,
+        worker_id: str = "dispatcher",
+    ) -> None:  # fmt: skip
+        """What a recorded task block's completion makes ready. Its dispatches are
+        recorded together at the end, with the completion's intent cleared in the same
+        round trip, so a death before that leaves the intent for the reaper to redo
+        this (with the output, label and handoff it kept): nothing before it is lost."""
+        block = self.program.blocks[bid]
+        node = block.node
+        try:
+            with self.dispatcher.together():
+                if isinstance(node, Branch):
+                    arm = node.labels().index(label or "")
+                    self._skip_others(block, arm)
+                    self.start(block.children[arm], epoch, output)
+                elif isinstance(node, Step) and handoff is not None:
+                    target = [name for name, _ in node.handoffs].index(handoff)
+                    self._skip_others(block, target)
+                    self.start(block.children[target], epoch, output)
+                else:
+                    self._skip_others(block, None)
+                    self.complete(bid, epoch, output)
+        except ControlFlowError as exc:
+            self.fail(block, exc, worker_id)
+        self.state.follow_up_done()  # not on an error: the intent stays for the reaper
 
     def _branch_done(self, block: Block, parallel: Block, epoch: int, result: LeafResult) -> bool:
         """A task block that is a Parallel's branch: record and join in one step."""
@@ -171,8 +188,15 @@ class Engine:
             return False
         self._skip_others(block, None)
         if joined is not None:
-            self.complete(parallel.index, epoch, self._joined(parallel, epoch, joined))
+            self.joined(parallel.index, epoch, joined)
         return True
+
+    def joined(self, parallel_bid: int, epoch: int, results: list[Expr]) -> None:
+        """A Parallel's last branch is in: it completes (the intent's follow-up)."""
+        parallel = self.program.blocks[parallel_bid]
+        with self.dispatcher.together():
+            self.complete(parallel_bid, epoch, self._joined(parallel, epoch, results))
+        self.state.follow_up_done()
 
     def _skip_others(self, block: Block, chosen: int | None) -> None:
         """The arms (handoffs) not taken will not run: say so, so progress can finish."""
@@ -203,6 +227,8 @@ class Engine:
                 self.complete(parent.index, epoch, flow)
         elif parent.kind == "Parallel":
             results = self.state.join(parent.index, epoch, block.position, flow)
+            if results is None and self.redoing:  # this branch may have joined before
+                results = self.state.join_slots(parent.index, epoch)
             if results is not None:
                 self.complete(parent.index, epoch, self._joined(parent, epoch, results))
         elif parent.kind == "Loop":

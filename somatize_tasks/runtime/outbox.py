@@ -6,6 +6,14 @@ that is cleared once its messages are out. An entry older than
 recording and publishing (a worker killed just after a completion, a
 producer killed mid-publish): its blocks, if still pending under the
 entry's task id, are dispatched again under new task ids.
+
+A completion's intent (``c:<bid>:<epoch>``, :mod:`~somatize_tasks.runtime.outbox_state`)
+older than the same grace means the process died between recording a
+completion and recording what it made ready: a watcher claims it (one
+``HDEL``, so exactly one does) and redoes the engine's follow-up from what it
+kept. A follow-up that had partly happened is harmless to redo: a block
+dispatched twice runs under the newer task id (``mark_running`` refuses the
+older message), and the first completion recorded wins.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.program import Program
 from somatize_tasks.runtime.redis_state import RedisRunState
 
@@ -43,3 +52,27 @@ def unsent_blocks(
     ]  # fmt: skip
     state.sent([key for key in old if key not in unsent])
     return program, sorted(unsent)
+
+
+def stale_intents(state: RedisRunState, grace_s: float) -> dict[tuple[int, int], dict[str, Any]]:
+    """Completion intents older than ``grace_s``: their process died before its follow-up."""
+    before = time.time() - grace_s
+    return {key: entry for key, entry in state.intents().items() if entry["at"] < before}
+
+
+def redo_follow_up(
+    state: RedisRunState, engine: Engine, bid: int, epoch: int, entry: dict[str, Any]
+) -> bool:
+    """Claim one stale intent and redo its follow-up; False if another watcher had it
+    (or, for a join, its branches are gone: the run ended meanwhile)."""
+    if not state.claim_intent(bid, epoch):
+        return False
+    engine.redoing = True
+    if "j" not in entry:
+        engine.follow_up(bid, epoch, entry["o"], entry.get("l"), entry.get("h"))
+        return True
+    slots = state.join_slots(bid, epoch)
+    if slots is None:
+        return False
+    engine.joined(bid, epoch, slots)
+    return True

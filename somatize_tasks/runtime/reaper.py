@@ -67,8 +67,9 @@ from somatize_tasks.runtime.deaths import (
     stopped_by_time_limit,
 )
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
+from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.orphans import OrphanWatch
-from somatize_tasks.runtime.outbox import outbox_grace, unsent_blocks
+from somatize_tasks.runtime.outbox import outbox_grace, redo_follow_up, stale_intents, unsent_blocks
 from somatize_tasks.runtime.program import Program
 from somatize_tasks.runtime.recompute import Redispatcher, describe_blocks
 from somatize_tasks.runtime.redis_state import RedisRunState
@@ -165,7 +166,7 @@ class _Repair:
             if self._fail(failure) and failure.kind == "RunDeadlineExceeded":
                 revoke_unfinished(self.context.app, raw_nodes.values())  # free their slots
             return True
-        if in_outbox and self._publish_unsent(nodes):
+        if in_outbox and (self._resume_intents() or self._publish_unsent(nodes)):
             return True
         return self._dispatch_again(nodes, int(meta["max_node_deaths"] or 0), hard_limit_s)
 
@@ -241,6 +242,24 @@ class _Repair:
                     log.error("run %s failed: %s", self.run_id, failure.message)
                 return True
         return False
+
+    def _resume_intents(self) -> bool:
+        """Redo the follow-up of completions whose process died before recording it."""
+        stale = stale_intents(self.state, outbox_grace(self.settings))
+        program = self.context.program(self.run_id, refresh=True) if stale else None
+        if program is None:
+            return False
+        engine = Engine(program, self.state, CeleryDispatcher(
+            self.context, self.run_id, program, self.state))  # fmt: skip
+        resumed = [
+            f"{program.blocks[bid].kind} block {bid} pass {epoch}"
+            for (bid, epoch), entry in sorted(stale.items())
+            if redo_follow_up(self.state, engine, bid, epoch, entry)
+        ]
+        if resumed:
+            log.warning("run %s: redid the follow-up of completion(s) whose process died: %s",
+                        self.run_id, ", ".join(resumed))  # fmt: skip
+        return bool(resumed)
 
     def _publish_unsent(self, nodes: checks.Nodes) -> bool:
         """Dispatch again what a dead dispatcher recorded but never published."""

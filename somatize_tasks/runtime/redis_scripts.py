@@ -64,16 +64,36 @@ local function join(key, j)
 end
 """
 
-RECORD_LEAF = RECORD + "return record(1) and 1 or 0"
-# KEYS: results.
-JOIN = JOIN_ON + "return join(KEYS[1], 1)"
+# A completion leaves its intent (ARGV 1-2: outbox field and json; KEYS[8]: the
+# outbox) with its record: what the engine does next, redone by the reaper if the
+# process dies before the follow-up is recorded (runtime/outbox.py).
+INTENT = """
+local function intend(ttl)
+  redis.call('HSET', KEYS[8], ARGV[1], ARGV[2]); redis.call('EXPIRE', KEYS[8], tonumber(ttl))
+end
+"""
+# KEYS as RECORD, then the outbox. ARGV: the intent's two, then the record's.
+RECORD_LEAF = RECORD + INTENT + """
+if not record(3) then return 0 end
+intend(ARGV[5])
+return 1
+"""
+# KEYS: results, outbox. ARGV: the six join arguments, then an intent field to drop
+# when the join still waits ('' for none: nothing follows the completion then).
+JOIN = JOIN_ON + """
+local out = join(KEYS[1], 1)
+if not out and ARGV[7] ~= '' then redis.call('HDEL', KEYS[2], ARGV[7]) end
+return out
+"""
 # A Parallel branch's completion: record it, then count it into its join, in one trip.
-# KEYS as RECORD; ARGV: the six join arguments, then the record's. Returns 0 (not
-# recorded), 1 (recorded, the join waits) or every slot (this was the last branch).
-RECORD_AND_JOIN = RECORD + JOIN_ON + """
-if not record(7) then return 0 end
-local out = join(KEYS[2], 1)
+# KEYS as RECORD_LEAF; ARGV: the intent's two, the six join arguments, then the
+# record's. Returns 0 (not recorded), 1 (recorded, the join waits) or every slot
+# (this was the last branch: only then is the intent, to complete the join, left).
+RECORD_AND_JOIN = RECORD + JOIN_ON + INTENT + """
+if not record(9) then return 0 end
+local out = join(KEYS[2], 3)
 if not out then return 1 end
+intend(ARGV[8])
 return out
 """
 

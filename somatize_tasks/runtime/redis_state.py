@@ -27,6 +27,7 @@ from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.reservations import reservation_field, reservation_keys
 from somatize_tasks.runtime import redis_scripts as scripts
+from somatize_tasks.runtime.outbox_state import OutboxState
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.starts import PendingStart, send_with_start
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
@@ -37,7 +38,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-class RedisRunState:
+class RedisRunState(OutboxState):
     """One run's state in Redis; cheap to build per task."""
 
     def __init__(self, client: Redis[bytes], keys: RedisKeys, run_id: str, ttl_s: int) -> None:
@@ -81,8 +82,12 @@ class RedisRunState:
         return self.client.hget(self.meta, "status") == RUNNING.encode()
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
-        return bool(self._call(self._record, self._record_keys,
-                               self._record_args(bid, epoch, nodes, result)))  # fmt: skip
+        intent = self._intent_args(bid, epoch, o=result.output, l=result.label, h=result.handoff)
+        recorded = bool(self._call(self._record, self._record_keys,
+                                   [*intent, *self._record_args(bid, epoch, nodes, result)]))
+        if not recorded:
+            self.intent = None
+        return recorded
 
     def record_and_join(
         self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
@@ -90,11 +95,13 @@ class RedisRunState:
     ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
         found = self._call(
             self._record_and_join, self._record_keys,
-            [*self._join_args(parallel, epoch, position, result.output),
+            [*self._intent_args(parallel, epoch, j=1),
+             *self._join_args(parallel, epoch, position, result.output),
              *self._record_args(bid, epoch, nodes, result)],
         )  # fmt: skip
         if isinstance(found, list):
             return True, [dict(json.loads(raw)) for raw in found]
+        self.intent = None  # left only by the branch that completed the join
         return bool(found), None
 
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
@@ -107,7 +114,7 @@ class RedisRunState:
     @property
     def _record_keys(self) -> list[str]:
         return [self.meta, self.results, self.nodes, self.done, self.states,
-                self.latest_outputs, self.history]  # fmt: skip
+                self.latest_outputs, self.history, self.outbox]  # fmt: skip
 
     def _record_args(
         self, bid: int, epoch: int, nodes: list[str], result: LeafResult
@@ -180,8 +187,10 @@ class RedisRunState:
         self._working({f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected})
 
     def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
-        found = self._join(keys=[self.results], args=self._join_args(bid, epoch, position, expr))
+        found = self._join(keys=[self.results, self.outbox],
+                           args=[*self._join_args(bid, epoch, position, expr), self.intent or ""])
         if not found:
+            self.intent = None  # the join dropped it: nothing follows this completion
             return None
         return [dict(json.loads(raw)) for raw in found]
 
@@ -317,24 +326,6 @@ class RedisRunState:
         self._into_outbox(pipe, bid, epoch, status["task_id"])
         if own:
             pipe.execute()
-
-    def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
-        pipe.hset(self.outbox, f"{bid}:{epoch}", _dumps({"task_id": task_id, "at": time.time()}))
-        pipe.expire(self.outbox, self.ttl_s)
-
-    def sent(self, blocks: list[tuple[int, int]]) -> None:
-        """These blocks' messages are out: the outbox forgets them."""
-        if blocks:
-            self.client.hdel(self.outbox, *(f"{bid}:{epoch}" for bid, epoch in blocks))
-
-    def unsent(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """Blocks recorded as dispatched whose messages were never confirmed sent."""
-        raw = self.client.hgetall(self.outbox)
-        found = {}
-        for field, value in raw.items():
-            bid, epoch = field.decode().split(":")
-            found[int(bid), int(epoch)] = json.loads(value)
-        return found
 
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""

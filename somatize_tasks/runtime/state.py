@@ -124,6 +124,14 @@ class RunState(Protocol):
         """End the run once; False if it had already ended."""
         ...
 
+    def follow_up_done(self) -> None:
+        """A completion's follow-up is over: its intent (if any is left) is dropped."""
+        ...
+
+    def join_slots(self, bid: int, epoch: int) -> list[Expr] | None:
+        """A Parallel's branch outputs once every branch is in, else None."""
+        ...
+
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         """Nodes that ran no task of their own end in ``state``: a loop controller
         is ``done`` when its loop is, the arms a Branch did not take are ``skipped``."""
@@ -202,6 +210,14 @@ class MemoryRunState:
         if self.waiting[bid, epoch]:
             return None
         return [slot for slot in slots if slot is not None]
+
+    def join_slots(self, bid: int, epoch: int) -> list[Expr] | None:
+        if self.waiting.get((bid, epoch), 1):
+            return None
+        return [slot for slot in self.joins[bid, epoch] if slot is not None]
+
+    def follow_up_done(self) -> None:
+        """Nothing to clear: a local run has no other process to redo a follow-up."""
 
     def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
         epoch = len(self.epochs) + 1
