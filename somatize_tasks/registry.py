@@ -145,12 +145,8 @@ class Registry:
 
     def held_tasks(self, worker_ids: Iterable[str]) -> dict[str, frozenset[str] | None]:
         """The node task ids each worker last reported holding (None: no report)."""
-        ids = sorted(set(worker_ids))
-        if not ids:
-            return {}
-        raw = self.client.hmget(self.keys.workers_tasks, ids)
-        return {w: None if r is None else frozenset(json.loads(r))
-                for w, r in zip(ids, raw, strict=True)}  # fmt: skip
+        found = self._json_fields(self.keys.workers_tasks, worker_ids)
+        return {w: None if v is None else frozenset(v) for w, v in found.items()}
 
     def announce_keys(self, worker_id: str, key_ids: Sequence[str]) -> None:
         """Say which message keys ``worker_id`` accepts (ids, never keys); forgotten
@@ -159,10 +155,14 @@ class Registry:
 
     def accepted_keys(self, worker_ids: Iterable[str]) -> dict[str, list[str] | None]:
         """The key ids each worker announced (None: it announced nothing)."""
+        return self._json_fields(self.keys.workers_keys, worker_ids)
+
+    def _json_fields(self, key: str, worker_ids: Iterable[str]) -> dict[str, list[str] | None]:
+        """Each worker's JSON list in the hash ``key``, in one HMGET (None: absent)."""
         ids = sorted(set(worker_ids))
         if not ids:
             return {}
-        raw = self.client.hmget(self.keys.workers_keys, ids)
+        raw = self.client.hmget(key, ids)
         return {w: None if r is None else list(json.loads(r))
                 for w, r in zip(ids, raw, strict=True)}  # fmt: skip
 
