@@ -7,7 +7,7 @@ settings are read from ``SOMATIZE_*`` the first time it is configured.
 from somatize_tasks import worker_boot  # noqa: F401  (connects the worker start-up hook)
 from somatize_tasks.catalog import Catalog, call_node, default_catalog, load_catalog_modules, node
 from somatize_tasks.celery_app import create_app, settings_of
-from somatize_tasks.errors import OutputUnavailableError, RunError
+from somatize_tasks.errors import MessageKeyError, OutputUnavailableError, RunError
 from somatize_tasks.keys import RedisKeys, queue_name
 from somatize_tasks.registry import Registry, live_workers
 from somatize_tasks.runtime.control import Handoff
@@ -32,6 +32,7 @@ __all__ = [
     "Catalog",
     "Handoff",
     "KilledWorkerError",
+    "MessageKeyError",
     "NoWorkersError",
     "NodeFailedError",
     "OutputUnavailableError",

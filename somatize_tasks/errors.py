@@ -41,6 +41,10 @@ class ConfigError(SomatizeError, ValueError):
     """A setting is missing or malformed; the message names the setting."""
 
 
+class MessageKeyError(ConfigError):
+    """The workers a run was placed on would refuse this producer's messages."""
+
+
 class CatalogError(SomatizeError):
     """The node catalog cannot serve a request."""
 

@@ -31,6 +31,7 @@ from somatize_tasks.celery_app import settings_of
 from somatize_tasks.keys import NODE_TASK_PREFIX, queue_name
 from somatize_tasks.machine import cpu_cores, detect_gpu
 from somatize_tasks.registry import Registry
+from somatize_tasks.signing import accepted_key_ids
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,10 @@ class HeartbeatStep(bootsteps.StartStopStep):
         registry = Registry.from_settings(settings)
         self.heart = Heart(registry, describe, settings.heartbeat_interval_s)
         self.heart.start()
+        try:  # producers check it before submitting (see signing.refusing_workers)
+            registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
+        except RedisError as exc:
+            log.warning("could not announce this worker's message keys: %s", exc)
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))
 
     def stop(self, parent: Any) -> None:

@@ -17,6 +17,8 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:workers:tag:<tag>``   HASH    the same records, for workers with <tag>
     ``<p>:workers:tasks``       HASH    worker id -> JSON list of the node task ids
                                         it holds (heartbeat; orphan detection)
+    ``<p>:workers:keys``        HASH    worker id -> JSON list of the message key
+                                        ids it accepts (``["unsigned"]``: any), at start
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
@@ -84,6 +86,11 @@ class RedisKeys:
     def workers_tasks(self) -> str:
         """Which node tasks each live worker holds, as its heartbeat last reported."""
         return self.key("workers", "tasks")
+
+    @property
+    def workers_keys(self) -> str:
+        """Which message keys each worker accepts (ids only), announced at its start."""
+        return self.key("workers", "keys")
 
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""

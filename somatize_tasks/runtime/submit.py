@@ -35,6 +35,7 @@ from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import (
+    MessageKeyError,
     PlanInputError,  # noqa: F401 - re-exported (its old home)
     SomatizeError,
 )
@@ -58,6 +59,7 @@ from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
+from somatize_tasks.signing import refusing_workers
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -156,6 +158,15 @@ def submit_plan(
             unlock()
             return _run_here(request, distribution, require_workers, catalog, context)
         return _start(context, request, distribution)
+
+
+def _check_keys(context: RunContext, distribution: DistributionPlan) -> None:
+    """Refuse a run whose workers would drop its messages (a key mismatch)."""
+    workers = {a.worker_id for a in distribution.assignments}
+    accepted = Registry.from_settings(context.settings, context.redis).accepted_keys(workers)
+    problem = refusing_workers(context.settings, accepted)
+    if problem is not None:
+        raise MessageKeyError(problem)
 
 
 def check_request(
@@ -307,6 +318,7 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
 
 
 def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
+    _check_keys(context, distribution)
     run_id = uuid.uuid4().hex[:16]
     reserve_run(run_id, distribution)
     plan, predecessors = request.plan, request.document.predecessors
