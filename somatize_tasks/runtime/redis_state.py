@@ -22,6 +22,7 @@ from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
@@ -283,20 +284,19 @@ class RedisRunState(OutboxState):
         elif error is not None:
             field, value = "error", _dumps(error)
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
-        keys = [
-            self.active_runs,
-            self.meta,
-            self.finished,
-            self.results,
-            self.nodes,
-            self.done,
-            self.transfers,
-            self.states,
-            self.latest_outputs,
-            self.outbox,
-            self.history,
-        ]
-        return bool(self._finish(keys=keys, args=args))
+        keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
+                self.transfers, self.states, self.latest_outputs, self.outbox, self.history]
+        if self.intent is None:
+            return bool(self._finish(keys=keys, args=args))
+        pipe = self.client.pipeline(transaction=False)  # the run's last completion's intent
+        pipe.evalsha(self._finish.sha, len(keys), *keys, *args)  # type: ignore[attr-defined]
+        self._clear_intent(pipe)
+        done = pipe.execute(raise_on_error=False)[0]
+        if isinstance(done, NoScriptError):  # Redis forgot it (a restart): send it again
+            return bool(self._finish(keys=keys, args=args))
+        if isinstance(done, Exception):
+            raise done
+        return bool(done)
 
     # --- dispatching and repairing ------------------------------------------------------
 
