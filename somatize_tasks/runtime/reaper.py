@@ -29,8 +29,9 @@ What it dispatches again
        outage, a lost message): they stay on their worker
        (:mod:`~somatize_tasks.runtime.orphans` has the rule).
     3. Blocks waiting for a transfer from a dead worker, or for too long.
-    4. What a dead dispatcher recorded but never published
-       (:mod:`~somatize_tasks.runtime.outbox`).
+    4. What a dead dispatcher recorded but never published, and the
+       follow-up of a completion whose process died before recording it
+       (its intent; :mod:`~somatize_tasks.runtime.outbox`).
     Each goes out under a new task id; an input that lived only in a dead
     worker's cache is recomputed first (:mod:`~somatize_tasks.runtime.recompute`).
     The dead worker's queue is left alone: a stale copy of an old message
