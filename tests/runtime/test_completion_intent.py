@@ -4,7 +4,6 @@ reaper redoes the follow-up of one whose process died before recording it."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -24,55 +23,57 @@ from tests.runtime.plans import ex, par, remote, seq
 
 pytestmark = pytest.mark.slow
 
+JOINED = {"keys": ["rt_add", "rt_add_2"], "total": 4.0}
+
 
 class Died(BaseException):
     """The process "dies": nothing after this point runs (no cleanup either)."""
 
 
-def _die(*args: Any, **kwargs: Any) -> None:
-    raise Died
-
-
 @pytest.mark.parametrize(
-    ("plan", "expected"),
+    ("plan", "target", "expected"),
     [
         # (a) a Sequence step completes; the next step (on another worker, so the two
-        # are not fused into one task) was never recorded.
-        (seq(ex("rt_add"), remote("gpu", ex("rt_double"))), 4),
-        # (b) the last branch of a Parallel completes its join; the step after it
-        # was never recorded.
-        (seq(par(ex("rt_add"), ex("rt_add_2")), ex("rt_join")),
-         {"keys": ["rt_add", "rt_add_2"], "total": 4.0}),
+        # are not fused into one task) is never recorded.
+        (seq(ex("rt_add"), remote("gpu", ex("rt_double"))), "rt_double", 4),
+        # (b) the last branch of a Parallel completes its join (record_and_join); the
+        # step after the Parallel is never recorded.
+        (seq(par(ex("rt_add"), ex("rt_add_2")), ex("rt_join")), "rt_join", JOINED),
+        # (c) the same when the last branch is a Sequence, joined after its record.
+        (seq(par(seq(ex("rt_add_3"), remote("gpu", ex("rt_add"))), ex("rt_add_2")),
+             ex("rt_join")), "rt_join", {"keys": ["rt_add", "rt_add_2"], "total": 5.0}),
     ],
 )  # fmt: skip
 def test_a_completion_whose_follow_up_was_never_recorded_is_followed_up(
-    plan: Any, expected: Any, settings: Settings,
+    plan: Any, target: str, expected: Any, settings: Settings,
     two_workers: tuple[WorkerProcess, WorkerProcess], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    # The first wave is recorded but not sent: this test process runs it instead.
-    monkeypatch.setattr(CeleryDispatcher, "_send", lambda *args, **kwargs: None)
-    monkeypatch.setattr(CeleryDispatcher, "_send_batch", lambda *args, **kwargs: None)
-    monkeypatch.setattr(RedisRunState, "sent", lambda *args, **kwargs: None)
+    # Nothing goes to the workers at first: this test process runs each block instead,
+    # and "dies" as it records the dispatch of ``target``, after the completion
+    # that made it ready was recorded.
+    queued: list[tuple[int, int, Any, str]] = []
+    monkeypatch.setattr(CeleryDispatcher, "_send", lambda _, block, epoch, expr, task_id,
+                        producer=None: queued.append((block.index, epoch, expr, task_id)))
+    monkeypatch.setattr(CeleryDispatcher, "_send_batch", lambda _, batch, task_id, producer:
+                        queued.extend((b.index, e, x, task_id) for b, e, x in batch))
+    recording = RedisRunState.record_dispatch
+
+    def record_dispatch(state: RedisRunState, nodes: list[str], *args: Any, **kw: Any) -> None:
+        if target in nodes:
+            raise Died
+        recording(state, nodes, *args, **kw)
+
+    monkeypatch.setattr(RedisRunState, "record_dispatch", record_dispatch)
     run = submit_plan(plan, input=1, settings=settings, require_workers=True)
-    monkeypatch.undo()
     app = create_app(settings)
     state = run_context(app, settings).state(run.id)
-    first_wave = sorted({
-        (status["block"], status["epoch"], status["task_id"], status["worker"])
-        for status in (json.loads(v) for v in state.client.hvals(state.nodes))
-        if status.get("state") == "pending"
-    })  # fmt: skip
-    *others, last = first_wave
-    for bid, epoch, task_id, worker in others:  # earlier branches complete normally
-        execute_block(run_context(app, settings, worker), run.id, bid, epoch,
-                      state.load_input(bid, epoch), task_id)  # fmt: skip
-    # The last one records its completion and its process dies before recording the
-    # dispatch that follows it.
-    monkeypatch.setattr(RedisRunState, "record_dispatch", _die)
-    bid, epoch, task_id, worker = last
+    program = run_context(app, settings).program(run.id)
+    assert program is not None
     with pytest.raises(Died):
-        execute_block(run_context(app, settings, worker), run.id, bid, epoch,
-                      state.load_input(bid, epoch), task_id)  # fmt: skip
+        while queued:
+            bid, epoch, expr, task_id = queued.pop(0)
+            worker = run_context(app, settings, program.blocks[bid].worker_id)
+            execute_block(worker, run.id, bid, epoch, expr, task_id)
     monkeypatch.undo()
     left = set(state.intents())
     assert left, "the completion left its intent"
