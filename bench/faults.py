@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                 bound = args.timeout or row.bound_s
                 print(f"{row.key}: {row.title} (bound {bound:.0f} s)", flush=True)
                 results.append(run_row(row, args.reps, bound, start + args.budget))
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: all stopped by now
+            print(f"\ninterrupted ({exc}); every process it started is stopped")
+            return 130
         finally:
             print(f"\n{table(results)}\n")
             for result in results:
