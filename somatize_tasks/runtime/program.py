@@ -158,11 +158,16 @@ class Program:
         Soma's numbering of repeated filters: ``double_2`` is the second
         ``double``, so it runs ``double`` unless the catalog has ``double_2``.
         """
-        explicit = self.ops.get(node_id)
-        if explicit is not None:
-            return [explicit]
-        match = _SOMA_NUMBER.match(node_id)
-        return [node_id, match.group("base")] if match else [node_id]
+        return catalog_names(node_id, self.ops)
+
+
+def catalog_names(node_id: str, ops: Mapping[str, str]) -> list[str]:
+    """Catalog names to try for ``node_id``, best first (see ``Program.op_candidates``)."""
+    explicit = ops.get(node_id)
+    if explicit is not None:
+        return [explicit]
+    match = _SOMA_NUMBER.match(node_id)
+    return [node_id, match.group("base")] if match else [node_id]
 
 
 def compile_program(

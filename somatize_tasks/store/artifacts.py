@@ -10,10 +10,16 @@ their :class:`ArtifactRef` and never touch the shared store ("direct").
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import io
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from somatize_tasks.codecs import codec_for, codec_named
+from somatize_tasks.errors import DiskFullError
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
@@ -31,6 +37,13 @@ def _surely_larger(value: Any, limit: int) -> bool:
     if size is None and isinstance(value, bytes | bytearray):
         size = len(value)
     return size is not None and int(size) > limit
+
+
+def _free_space(path: Path) -> str:
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return f" (a disk of {shutil.disk_usage(candidate).total} bytes)"
+    return ""
 
 
 class ArtifactStore:
@@ -57,6 +70,10 @@ class ArtifactStore:
         """Encode ``value``: small values ride inline in the ref (nothing is written to
         disk), larger ones go to the local cache."""
         key = artifact_key(run_id, node_id, iteration)
+        with self._disk(run_id, node_id, key):
+            return self._put(run_id, node_id, iteration, key, value)
+
+    def _put(self, run_id: str, node_id: str, iteration: int, key: str, value: Any) -> ArtifactRef:
         codec = codec_for(value)
         inline = None
         if _surely_larger(value, self.settings.inline_max_bytes):
@@ -115,7 +132,26 @@ class ArtifactStore:
         """Fill the local cache from the shared store, unless it is inline or already here."""
         if self.has_local(ref):
             return
-        self.shared.download(ref.key, self.cache, ref.size)
+        with self._disk(ref.run_id, ref.node_id, ref.key):
+            self.shared.download(ref.key, self.cache, ref.size)
+
+    @contextlib.contextmanager
+    def _disk(self, run_id: str, node_id: str, key: str) -> Iterator[None]:
+        """A full disk while writing ``key`` is a :class:`DiskFullError` naming node,
+        run, worker, path and the disk's size (the partial file is already gone:
+        writes go to a temporary name, deleted on failure)."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            path = Path(exc.filename) if exc.filename else self.cache.path_for(key)
+            raise DiskFullError(
+                f"no space left on device: cannot write the value of node '{node_id}' "
+                f"(run '{run_id}') on worker '{self.worker_id}' to {path}"
+                f"{_free_space(path)}. Free space there or point SOMATIZE_CACHE_DIR "
+                "at a larger disk."
+            ) from None
 
     def delete_run(self, run_id: str) -> None:
         """Forget every artifact of a run, here and in the shared store."""

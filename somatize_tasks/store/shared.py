@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,6 +183,27 @@ class S3Store:
             os.replace(temp, final)
         finally:
             temp.unlink(missing_ok=True)
+
+    def abort_stale_uploads(self, grace_s: float) -> int:
+        """Abort multipart uploads under this store's prefix started more than
+        ``grace_s`` seconds ago (left by a worker killed mid-upload); how many."""
+        cutoff = time.time() - grace_s
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        aborted = 0
+        with self._errors("aborting stale uploads under", prefix or "/"):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    if upload["Initiated"].timestamp() >= cutoff:
+                        continue
+                    with contextlib.suppress(ClientError):  # finished or aborted meanwhile
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                        aborted += 1
+        return aborted
 
     def delete_prefix(self, prefix: str) -> None:
         pages = self.client.get_paginator("list_objects_v2").paginate(
