@@ -161,7 +161,7 @@ def pinned_dead(c: FaultCluster, bound: float) -> list[Outcome]:
                                          "plan": ex("fm_inc_2")}})  # fmt: skip
     params = {"fm_inc_2": {"s": 3.0}}
     run = submit(c, plan, params)
-    w = waiter(run, plan, params, bound, clear=r"fm_inc_2.*(no live worker|dead|died)")
+    w = waiter(run, plan, params, bound, clear=r"(?is)fm_inc_2.*(no live worker|dead|died)")
     wait_until(lambda: node_worker(c, run, "fm_inc_2") == "w1", 20, 0.03)
     c.kill("w1")
     w.mark_fault()

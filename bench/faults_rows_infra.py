@@ -154,7 +154,7 @@ def disk_full(c: FaultCluster, bound: float) -> list[Outcome]:
     params = {"fm_big": {"mb": 4}}
     run = submit(c, plan, params)
     w = waiter(run, plan, params, bound,
-               clear=r"(?s)fm_big.*(No space left|ENOSPC|[Dd]isk (is )?full|Errno 28)")
+               clear=r"(?is)fm_big.*(no space left|ENOSPC|disk (is )?full|Errno 28)")
     w.mark_fault()
     return [w.outcome()]
 
@@ -167,7 +167,7 @@ def poison(c: FaultCluster, bound: float) -> list[Outcome]:
     a supervisor, so only a limit on the node's deaths ends the cascade."""
     plan = seq(ex("fm_inc"), par(ex("fm_poison"), ex("fm_inc_2")), ex("fm_echo"))
     run = submit(c, plan, {}, local=False)  # fm_poison would kill this process
-    w = Waiter(run, Expectation(output=object(), clear=r"(?s)fm_poison.*(died|killed|death|lost)"),
+    w = Waiter(run, Expectation(output=object(), clear=r"(?is)fm_poison.*(died|killed|death|lost)"),
                bound).start()  # fmt: skip
     w.mark_fault()
     until = time.monotonic() + bound + 5
