@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bench.faults_cluster import FaultCluster
+from bench.faults_cluster import DST_SPARE, FaultCluster
 from bench.faults_outcome import CLEAR, CORRECT, HUNG, KINDS, MISSED, OTHER, WRONG, Outcome
 from bench.faults_rows import (
     Row,
@@ -56,7 +56,7 @@ ROWS = [
     Row("sigstop", "SIGSTOP a worker 3 TTLs, then SIGCONT", sigstop, 60),
     Row("pinned", "node pinned to a SIGKILLed worker", pinned_dead, 40, may_fail=True),
     Row("upload", "SIGKILL mid-upload (24 MB, S3)", mid_upload, 60),
-    Row("download", "SIGKILL mid-download (24 MB, S3)", mid_download, 60),
+    Row("download", "SIGKILL mid-download (24 MB, S3)", mid_download, 60, tags=DST_SPARE),
     Row("producer_before", "producer killed before submit_plan returns (400 branches)",
         producer_killed(before_return=True), 60),
     Row("producer_after", "producer killed after submit_plan returns (400 branches)",
@@ -125,7 +125,7 @@ class RowResult:
 def run_row(row: Row, reps: int, bound: float, deadline: float) -> RowResult:
     """``reps`` repetitions of ``row`` on a fresh cluster, stopped at ``deadline``."""
     result = RowResult(row)
-    cluster = FaultCluster(aof=row.aof, tiny_disk_mb=row.tiny_disk_mb)
+    cluster = FaultCluster(aof=row.aof, tiny_disk_mb=row.tiny_disk_mb, tags=row.tags)
     try:
         try:
             cluster.start()

@@ -47,9 +47,11 @@ BUCKET = "faults"
 MESSAGE_KEY = "fault-matrix-" + uuid.uuid4().hex
 #: What the fixes of issue 13 read, once merged; unknown settings are ignored before.
 FEATURES = {"SOMATIZE_MESSAGE_KEY": MESSAGE_KEY, "SOMATIZE_MAX_NODE_DEATHS": "3"}
-#: Worker name -> tags. ``src``/``dst`` place the two ends of a transfer; ``w3`` has both,
-#: so either end can move there when its worker dies; ``small`` holds the tiny disk.
-WORKER_TAGS = {"w1": "cpu,src", "w2": "cpu,dst", "w3": "cpu,src,dst,small"}
+#: Worker name -> tags. ``src``/``dst`` place the two ends of a transfer on two
+#: different workers, and a third worker can take over the end a row kills (``src``
+#: by default, ``dst`` in :data:`DST_SPARE`); ``small`` holds the tiny disk.
+WORKER_TAGS = {"w1": "cpu,src", "w2": "cpu,dst", "w3": "cpu,src,small"}
+DST_SPARE = {**WORKER_TAGS, "w3": "cpu,dst,small"}
 
 
 @dataclass
@@ -86,7 +88,9 @@ class Proc:
 class FaultCluster:
     """Redis (``aof``: append-only, fsync always), moto S3, workers w1..w3."""
 
-    def __init__(self, *, aof: bool = False, tiny_disk_mb: int | None = None) -> None:
+    def __init__(self, *, aof: bool = False, tiny_disk_mb: int | None = None,
+                 tags: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.tags = dict(tags or WORKER_TAGS)
         self.root = Path(tempfile.mkdtemp(prefix="faults-"))
         self.aof = aof
         self.prefix = f"fm{uuid.uuid4().hex[:6]}"
@@ -151,9 +155,9 @@ class FaultCluster:
         self.start_moto()
         if self.tiny_disk_mb:
             self.mount_tiny_cache("w3", self.tiny_disk_mb)
-        for name in WORKER_TAGS:
+        for name in self.tags:
             self.start_worker(name)
-        self.wait_live(list(WORKER_TAGS))
+        self.wait_live(list(self.tags))
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
         log = self.root / "logs" / f"{name}.log"
@@ -218,7 +222,7 @@ class FaultCluster:
     def start_worker(self, name: str) -> Proc:
         worker_id = self.worker_id(name)
         argv = [sys.executable, "-m", "somatize_tasks", "worker", "--worker-id", worker_id,
-                "--no-gpu", "--nodes", NODES, "--tags", WORKER_TAGS[name], "--concurrency", "2",
+                "--no-gpu", "--nodes", NODES, "--tags", self.tags[name], "--concurrency", "2",
                 "--loglevel", "info", "--without-mingle", "--without-gossip"]  # fmt: skip
         proc = self._spawn(worker_id, argv, self.env())
         self.workers[name] = proc

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import faults_nodes  # noqa: F401  (the catalog, for the expected outputs)
 from bench.faults_cluster import FaultCluster
-from bench.faults_outcome import Expectation, Outcome, Waiter
+from bench.faults_outcome import MISSED, Expectation, Outcome, Waiter
 from somatize_tasks import PlanRun, run_local, submit_plan
 from somatize_tasks.local_cluster.processes import wait_until
 from tests.runtime.plans import ex, par, remote, seq
@@ -35,6 +35,7 @@ class Row:
     may_fail: bool = False  # a clear error is the right end (the run cannot finish)
     aof: bool = False
     tiny_disk_mb: int | None = None
+    tags: dict[str, str] | None = None  # worker name -> tags (default: WORKER_TAGS)
     keeps_workers: bool = False  # the fault must not take any worker down
 
 
@@ -206,10 +207,20 @@ def final_output_lost(c: FaultCluster, bound: float) -> list[Outcome]:
 # --- transfers ---------------------------------------------------------------------------
 
 
+def no_transfer(run: PlanRun) -> list[Outcome]:
+    """Not a transfer row's repetition if both ends were placed on one worker."""
+    placed = run.distribution.worker_of()
+    if placed.get("fm_big") != placed.get("fm_digest"):
+        return []
+    return [Outcome(MISSED, None, f"no transfer: both ends placed on {placed.get('fm_big')}")]
+
+
 def mid_upload(c: FaultCluster, bound: float) -> list[Outcome]:
     """SIGKILL the source worker while its multipart upload to S3 is in flight."""
     plan, params = transfer_plan()
     run = submit(c, plan, params)
+    if missed := no_transfer(run):
+        return missed
     w = waiter(run, plan, params, bound)
     s3 = c.s3()
 
@@ -229,6 +240,8 @@ def mid_download(c: FaultCluster, bound: float) -> list[Outcome]:
     """SIGKILL the target worker while it downloads the value from S3."""
     plan, params = transfer_plan()
     run = submit(c, plan, params)
+    if missed := no_transfer(run):
+        return missed
     w = waiter(run, plan, params, bound)
     target = c.name_of(run.distribution.worker_of().get("fm_digest"))
     cache = c.root / "cache" / c.worker_id(target or "")

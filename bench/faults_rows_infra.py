@@ -14,11 +14,12 @@ from typing import Any
 from celery import Celery
 
 from bench.faults_cluster import FaultCluster, Proc
-from bench.faults_outcome import OTHER, Expectation, Outcome, Waiter
+from bench.faults_outcome import MISSED, OTHER, Expectation, Outcome, Waiter
 from bench.faults_rows import (
     busy,
     expected,
     fork_plan,
+    no_transfer,
     node_worker,
     submit,
     transfer_plan,
@@ -77,7 +78,7 @@ def producer_killed(before_return: bool) -> Any:
         if before_return:
             if not wait_until(recorded, 60, 0.002):
                 return [Outcome(OTHER, None, f"no run recorded: {proc.tail(300)}")]
-            time.sleep(random.uniform(0, 0.2))
+            time.sleep(random.uniform(0, 0.05))  # into the publishing, not past it
         else:
             wait_until(lambda: bool(printed_runs(proc)) or not proc.alive(), 60, 0.002)
             found[:] = printed_runs(proc)
@@ -86,10 +87,10 @@ def producer_killed(before_return: bool) -> Any:
         fault_at = time.monotonic()
         if not found:
             return [Outcome(OTHER, None, f"no run: {proc.tail(300)}")]
+        if before_return and returned:
+            return [Outcome(MISSED, None, "submit_plan returned before the kill")]
         w = Waiter(attach(c, found[0]), Expectation(output=expected(plan, params)), bound)
         w.mark_fault(fault_at)
-        if before_return and returned:
-            w.notes.append("submit_plan returned before the kill")
         return [w.start().outcome()]
 
     return row
@@ -136,6 +137,8 @@ def s3_paused(c: FaultCluster, bound: float) -> list[Outcome]:
     """SIGSTOP moto's server for 8 s while a value must go through it, then SIGCONT."""
     plan, params = transfer_plan(mb=8)
     run = submit(c, plan, params)
+    if missed := no_transfer(run):
+        return missed
     w = waiter(run, plan, params, bound)
     wait_until(lambda: node_worker(c, run, "fm_big") is not None, 30, 0.01)
     assert c.moto is not None
