@@ -180,8 +180,9 @@ def completion_window(c: FaultCluster, bound: float) -> list[Outcome]:
     marker = c.root / "trip" / run.id
     if wait_until(marker.exists, 30, 0.005):
         w.mark_fault()
-        dead = [p.popen.pid for p in c.workers.values() if not p.alive()]
-        c.killed.update(dead)  # the trip is the harness's own fault, not a worker lost
+        # The trip is the harness's own fault, not a worker lost (it dies a moment later).
+        wait_until(lambda: any(not p.alive() for p in c.workers.values()), 5, 0.01)
+        c.killed.update(p.popen.pid for p in c.workers.values() if not p.alive())
     else:
         w.notes.append("trip never fired")
     return [w.outcome()]
