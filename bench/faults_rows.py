@@ -250,8 +250,15 @@ def mid_download(c: FaultCluster, bound: float) -> list[Outcome]:
     def downloading() -> bool:
         return any(p.name.endswith(".tmp") for p in cache.rglob("*"))  # LocalDir's partial files
 
-    if not wait_until(downloading, 30, 0.005):
-        w.notes.append("no download seen")
+    s3 = c.s3()
+
+    def uploaded() -> bool:  # the download starts right after
+        listed = s3.list_objects_v2(Bucket="faults").get("Contents", [])
+        return any("fm_big" in item["Key"] for item in listed)
+
+    wait_until(lambda: downloading() or uploaded(), 30, 0.005)
+    if not wait_until(downloading, 0.5, 0.002):
+        w.notes.append("killed once uploaded; no partial file seen")
     if target is not None:
         c.kill(target)
     w.mark_fault()
