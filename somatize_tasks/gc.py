@@ -18,7 +18,9 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
     not written for ``run_ttl_s`` is checked (one pipelined ``EXISTS`` per
     batch) and deleted if its run is gone. Younger directories are never
     checked, which also keeps the sweep away from a run whose producer is
-    still writing its input before the run exists in Redis.
+    still writing its input before the run exists in Redis. The machine's
+    RAM tier (``<ram_dir>/<key prefix>/<run>/...``, shared directory only)
+    is swept the same way, as one of ``extra_roots``.
 
 Both are idempotent and safe to run in many processes at once.
 
@@ -38,9 +40,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -163,10 +166,12 @@ class CacheSweeper:
         cache_root: Path,
         run_ttl_s: float,
         interval_s: float,
+        extra_roots: Sequence[Path] = (),
     ) -> None:
         self.client = client
         self.keys = keys
         self.cache = LocalDir(cache_root)
+        self.roots = [cache_root, *extra_roots]
         self.run_ttl_s = run_ttl_s
         self.interval_s = interval_s
         self._due = 0.0
@@ -184,7 +189,8 @@ class CacheSweeper:
     def sweep(self) -> int:
         """Delete every old run directory whose run is gone (how many were deleted),
         and partial files older than :data:`TEMP_GRACE_S`."""
-        sweep_temp_files(self.cache.root)
+        for root in self.roots:
+            sweep_temp_files(root)
         deleted = 0
         for batch in _batches(self._old_run_dirs(), BATCH):
             pipe = self.client.pipeline(transaction=False)
@@ -192,18 +198,21 @@ class CacheSweeper:
                 pipe.exists(self.keys.run(unquote(path.name)))
             for path, alive in zip(batch, pipe.execute(), strict=True):
                 if not alive:
-                    self.cache.delete_prefix(path.name)
+                    shutil.rmtree(path, ignore_errors=True)
                     deleted += 1
         if deleted:
-            log.info("deleted %d expired run(s) from cache %s", deleted, self.cache.root)
+            log.info("deleted %d expired run dir(s) from %s", deleted,
+                     ", ".join(str(root) for root in self.roots))  # fmt: skip
         return deleted
 
     def _old_run_dirs(self) -> Iterator[Path]:
         cutoff = time.time() - self.run_ttl_s
-        try:
-            entries = list(self.cache.root.iterdir())
-        except FileNotFoundError:
-            return
+        entries: list[Path] = []
+        for root in self.roots:
+            try:
+                entries += root.iterdir()
+            except FileNotFoundError:
+                continue
         for path in entries:
             try:
                 if path.is_dir() and path.stat().st_mtime < cutoff:

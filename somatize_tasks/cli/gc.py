@@ -51,7 +51,9 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
     dirs = 0
     partial = sweep_temp_files(settings.store_dir) if settings.store_kind == "local" else 0
     if not no_caches:
-        for root in _cache_roots(settings.cache_dir, worker_ids):
+        ram = context.store.ram
+        for root in [*_cache_roots(settings.cache_dir, worker_ids),
+                     *([ram.root] if ram is not None else [])]:  # fmt: skip
             sweeper = CacheSweeper(
                 context.redis, context.keys, root, settings.run_ttl_s, settings.gc_interval_s
             )

@@ -11,14 +11,20 @@ Workers are real ``somatize-tasks worker`` processes (``python -m
 somatize_tasks worker ...``), configured only through ``SOMATIZE_*``
 variables and their command line, exactly as on a lab machine. The user's
 own ``SOMATIZE_*`` variables are not passed on: a local cluster must not
-pick up, say, a production S3 bucket.
+pick up, say, a production S3 bucket. Each cluster makes up its own random
+message key (``SOMATIZE_MESSAGE_KEY``), so its workers refuse any message its
+producers did not sign; :meth:`LocalCluster.env` (and ``cluster env``) hands
+it to producers, and the state file that keeps it is readable by its owner only.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +52,23 @@ DEMO_NODES = ("somatize_tasks.examples.nodes",)
 WORKER_START_TIMEOUT_S = 60.0
 WORKER_STOP_GRACE_S = 10.0
 REDIS_STOP_GRACE_S = 5.0
+#: A cluster's RAM directory (its values, see somatize_tasks/store/ram.py) is its own,
+#: named after its run dir, and deleted when it stops: its Redis, which knew the runs
+#: those values belong to, goes with it.
+RAM_DIR_PREFIX = "somatize-cluster-"
+
+
+def cluster_ram_dir(root: Path) -> Path:
+    """``/dev/shm/somatize-cluster-<hash of the run dir>``."""
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+    return Path("/dev/shm") / f"{RAM_DIR_PREFIX}{digest}"
+
+
+def remove_ram_dir(env: dict[str, str]) -> None:
+    """Delete the RAM directory a cluster's env names (only one a cluster made)."""
+    ram = env.get("SOMATIZE_RAM_DIR")
+    if ram and Path(ram).name.startswith(RAM_DIR_PREFIX):
+        shutil.rmtree(ram, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -159,6 +182,7 @@ class LocalCluster:
         self.processes: list[StartedProcess] = []
         self.redis_binary: RedisBinary | None = None
         self.port: int | None = None
+        self.message_key = secrets.token_hex(32)
 
     # --- what a producer needs ---------------------------------------------------------
 
@@ -176,6 +200,8 @@ class LocalCluster:
             "SOMATIZE_STORE_DIR": str(self.root / "store"),
             "SOMATIZE_CACHE_DIR": str(self.root / "cache"),
             "SOMATIZE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_interval_s),
+            "SOMATIZE_RAM_DIR": str(cluster_ram_dir(self.root)),
+            "SOMATIZE_MESSAGE_KEY": self.message_key,
         }
         if self.inline_max_bytes is not None:
             env["SOMATIZE_INLINE_MAX_BYTES"] = str(self.inline_max_bytes)
@@ -287,6 +313,7 @@ class LocalCluster:
             stop_all(self.workers(), WORKER_STOP_GRACE_S)
             stop_all([p for p in self.processes if p.role == "redis"], REDIS_STOP_GRACE_S)
             self.processes.clear()
+            remove_ram_dir({"SOMATIZE_RAM_DIR": str(cluster_ram_dir(self.root))})
 
 
 def stop_all(processes: Sequence[StartedProcess], grace_s: float) -> None:
@@ -327,6 +354,8 @@ def save_state(cluster: LocalCluster) -> Path:
     }  # fmt: skip
     path = cluster.root / STATE_FILE
     tmp = path.with_suffix(".tmp")
+    tmp.touch(mode=0o600)  # it holds the message key
+    tmp.chmod(0o600)
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(path)
     return path
@@ -366,4 +395,5 @@ class SavedCluster:
         with signals_deferred(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             stop_all([p for p in self.processes if p.role != "redis"], WORKER_STOP_GRACE_S)
             stop_all([p for p in self.processes if p.role == "redis"], REDIS_STOP_GRACE_S)
+            remove_ram_dir(self.env)
         return running

@@ -184,13 +184,19 @@ def compile_program(
     labels: Expr | None = None,
     states: Mapping[str, Expr] | None = None,
     fused: list[list[str]] | None = None,
+    placed: Mapping[str, str] | None = None,
 ) -> Program:
     """Flatten ``plan`` into blocks; without a distribution, every node is local.
 
     ``fused`` names the chains to run as one task each; None works them out
     from the placement (:mod:`somatize_tasks.runtime.fusion`), ``[]`` fuses none.
+    ``placed`` (node id -> worker id) stands for the distribution where only
+    that is known (a worker reading a run's record).
     """
-    worker_of = distribution.worker_of() if distribution is not None else {}
+    if placed is not None:
+        worker_of = dict(placed)
+    else:
+        worker_of = distribution.worker_of() if distribution is not None else {}
     blocks: list[Block] = []
     stack: list[tuple[PlanNode, int | None, int]] = [(plan.root, None, 0)]
     while stack:

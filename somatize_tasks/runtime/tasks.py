@@ -10,13 +10,18 @@
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
+
+All three ride out a Redis restart (:mod:`somatize_tasks.runtime.outage`):
+they wait for Redis to answer again and redo their work, rather than end
+with a ``ConnectionError`` that would leave their node ``running``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Task, shared_task
 
@@ -24,7 +29,6 @@ from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
-from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
@@ -36,10 +40,13 @@ from somatize_tasks.runtime.dispatch import (
 )
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.reaper import finish_recompute
+from somatize_tasks.runtime.starts import PendingStart
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _engine(
@@ -55,22 +62,32 @@ def _engine(
 
 
 def execute_block(
-    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str
-) -> None:
-    """Run one block here and advance its run; a failure fails the run and re-raises."""
+    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
+    *, started: PendingStart | None = None, ahead: tuple[int, int] | None = None,
+) -> PendingStart | None:  # fmt: skip
+    """Run one block here and advance its run; a failure fails the run and re-raises.
+
+    In a batch, ``ahead`` is the next block (block, pass): its start rides in this
+    block's record (:mod:`~somatize_tasks.runtime.starts`) and is returned, to be
+    passed to it as ``started``.
+    """
     found = _engine(context, run_id)
     if found is None:
-        return
+        return None
     engine, dispatcher = found
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
-    started = history.start_line(context.worker_id, nodes, epoch)
-    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
+    if started is not None and started.sent:
+        version = started.version
+    else:
+        # Starting gives back a slot the run reserved here: the heartbeat counts it now.
+        version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id,
+                                     history.start_line(context.worker_id, nodes, epoch),
+                                     release_slot=True)  # fmt: skip
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
-        return
-    reservations_of(context).release_one(context.worker_id, run_id)  # the heartbeat counts it now
+        return None
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
@@ -86,17 +103,50 @@ def execute_block(
     result.history = history.done_lines(
         context.worker_id, nodes, epoch, result.node_times, result.ended_at
     )
+    following = None
+    if ahead is not None:
+        next_nodes = engine.program.blocks[ahead[0]].task_node_ids()
+        following = state.pending_start(
+            next_nodes, context.worker_id, ahead[0], ahead[1], task_id,
+            history.start_line(context.worker_id, next_nodes, ahead[1]), release_slot=True,
+        )  # fmt: skip
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.
         finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
+    return following if following is not None and following.sent else None
 
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
 def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
-    execute_block(context, run_id, block, epoch, input, self.request.id or "")
+    task_id = self.request.id or ""
+    _retrying(context, f"run {run_id} block {block}",
+              lambda: execute_block(context, run_id, block, epoch, input, task_id))  # fmt: skip
+
+
+def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
+    return through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
+
+
+def _run_batched(
+    context: RunContext, run_id: str, task_id: str, block: list[Any],
+    started: PendingStart | None, ahead: tuple[int, int] | None,
+) -> PendingStart | None:  # fmt: skip
+    """One block of a batch, done again after a Redis outage. Only the first
+    attempt uses the start that rode in the previous block's record: a redo
+    marks the block running itself."""
+    bid, epoch, input_expr = int(block[0]), int(block[1]), block[2]
+    handed = [started]
+
+    def attempt() -> PendingStart | None:
+        return execute_block(
+            context, run_id, bid, epoch, input_expr, task_id,
+            started=handed.pop() if handed else None, ahead=ahead,
+        )  # fmt: skip
+
+    return _retrying(context, f"run {run_id} block {bid}", attempt)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -105,10 +155,16 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
     first_error: Exception | None = None
-    for bid, epoch, input_expr in blocks:
+    task_id = self.request.id or ""
+    started: PendingStart | None = None
+    for position, block in enumerate(blocks):
+        ahead = None
+        if position + 1 < len(blocks):
+            ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+            started = _run_batched(context, run_id, task_id, block, started, ahead)
         except Exception as exc:
+            started = None
             first_error = first_error or exc
     if first_error is not None:
         raise first_error
@@ -120,6 +176,14 @@ def input_ready(
 ) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
+    _retrying(context, f"run {run_id} input of block {block}",
+              lambda: arrive(context, run_id, block, epoch, ref, task_id))  # fmt: skip
+
+
+def arrive(
+    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+) -> None:
+    """Count one arrived input of ``block``; publish the block if it was the last."""
     found = _engine(context, run_id)
     if found is None:
         return

@@ -39,6 +39,7 @@ from somatize_tasks.errors import (
 )
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.ram import RamTier, ram_tier
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -65,26 +66,31 @@ class DirectoryStore:
     """A shared directory: every worker on this machine sees the same files.
 
     Values move in and out by hard link where the caches are on the same file
-    system, so a value crosses workers on one machine without a copy.
+    system, so a value crosses workers on one machine without a copy. The
+    machine's RAM tier (``ram``) is part of it: a value there is shared too.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ram: RamTier | None = None) -> None:
         self.dir = LocalDir(root)
+        self.ram = ram
 
     def describe(self) -> str:
         return f"shared directory {self.dir.root}"
 
     def exists(self, key: str, size: int) -> bool:
-        return self.dir.has(key, size)
+        return self.dir.has(key, size) or (self.ram is not None and self.ram.dir.has(key, size))
 
     def upload(self, source: Path, key: str) -> None:
         self.dir.link_in(source, key)
 
     def download(self, key: str, dest: LocalDir, size: int) -> None:
-        dest.link_in(self.dir.checked_path(key, size, self.describe()), key)
+        held = self.ram.path(key, size) if self.ram is not None else None
+        dest.link_in(held or self.dir.checked_path(key, size, self.describe()), key)
 
     def delete_prefix(self, prefix: str) -> None:
         self.dir.delete_prefix(prefix)
+        if self.ram is not None:
+            self.ram.delete_prefix(prefix)
 
 
 class S3Store:
@@ -220,4 +226,4 @@ def shared_store(settings: Settings) -> SharedStore:
     """The shared store the settings name (``store_kind``)."""
     if settings.store_kind == "s3":
         return S3Store(settings)
-    return DirectoryStore(settings.store_dir)
+    return DirectoryStore(settings.store_dir, ram_tier(settings))
