@@ -135,6 +135,6 @@ def judge_error(error: BaseException, expect: Expectation, took: float | None,
     return Outcome(OTHER, took, short(text))
 
 
-def short(value: Any, chars: int = 160) -> str:
+def short(value: Any, chars: int = 320) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= chars else text[: chars - 3] + "..."
