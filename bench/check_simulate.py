@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import logging
 import os
 import statistics
 import tempfile
@@ -153,6 +154,10 @@ def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs:
     print(f"\n{count} fakes asked, {reached:.0f} heartbeating in time ({reached / count:.0%}); "
           f"{load()}")
     print_row("Redis CPU, no run %", [on * 100 for _, on, _ in cpu], simulated_cpu)
+    added = statistics.median(on - off for off, on, _ in cpu)
+    modelled = predict(Cluster(workers=round(reached), celery_workers=0), costs)
+    print(f"{'':>24}(the fakes' own share: {added * 100:.2f} % measured, on minus on the "
+          f"decoy; {modelled.parts['heartbeats+ticks'] * 100:.2f} % modelled)")
     print_row("registry memory KiB", [memory / 1024],
               [(count + 2) * costs.bytes_per_worker(count + 2) / 1024])
     paths = [d for _, path, _ in rounds for d in path]
@@ -207,6 +212,8 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true",
                         help=f"Do not write {COSTS_FILE.name}.")
     args = parser.parse_args()
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("somatize_tasks.simulate_calibrate").setLevel(logging.INFO)
     proc, port = start_redis_server()
     decoy_proc, decoy_port = start_redis_server()
     root = Path(tempfile.mkdtemp(prefix="check-simulate-"))

@@ -67,11 +67,10 @@ class Costs:
     #: The dispatch path's delay (ms), quantiles from its minimum to its maximum,
     #: measured with Redis otherwise idle (:mod:`somatize_tasks.simulate_delay`).
     path_ms: tuple[float, ...] = (1.5, 2.5, 4.0, 12.0)
-    #: Round trips to Redis on one dispatch's critical path, traced with ``MONITOR``
-    #: (README): the result script, the dispatch record, the publishing connection's
-    #: setup, queue declaration and ``LPUSH``, the consumer's unacked record, the
-    #: ``mark_running`` script and the reservation release.
-    path_calls: float = 13.0
+    #: Round trips to Redis on one dispatch's critical path, traced with ``MONITOR`` in a
+    #: steady chain (README): the result script, the dispatch record, the ``LPUSH``,
+    #: the consumer's unacked record, ``mark_running`` and the reservation release.
+    path_calls: float = 6.0
     #: Redis commands a dispatched node causes in all (Celery's events and acks too).
     node_calls: float = 44.0
     measured_on: str = "defaults (see README)"
