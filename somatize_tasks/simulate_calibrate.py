@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import threading
 import time
 from dataclasses import asdict
@@ -50,34 +51,53 @@ def _cost_us(client: Redis[bytes], calls: int, action: Any, threads: int = 1) ->
     return (_cpu_s(client) - start) * 1e6 / (share * threads)
 
 
-def _paced_cpu(client: Redis[bytes], rate: float, seconds: float, actions: list[Any]
-               ) -> tuple[float, float]:
-    """Redis CPU (fraction of a core) while each of ``actions`` (one per client thread,
-    as workers are separate clients) runs ``rate / len(actions)`` times a second, and
-    the rate they really reached (a loaded machine may not keep up)."""
-    done = [0] * len(actions)
+def _pace(pool: Any, prefix: str, rate: float, seconds: float, done: Any) -> None:
+    """One client process: heartbeat+tick pairs at ``rate`` a second for ``seconds``,
+    as the non-leading workers of a cluster send them (the lease is someone else's)."""
+    client: Redis[bytes] = Redis(connection_pool=pool.__class__(**pool.connection_kwargs))
+    keys = RedisKeys(prefix)
+    registry, tick = Registry(client, keys, 600.0), client.register_script(TICK_SCRIPT)
+    tick_keys = [keys.reaper_lease, keys.active_runs, keys.workers_seen]
+    infos = [_info(i) for i in range(1000)]
+    began = next_at = time.monotonic()
+    count = 0
+    while time.monotonic() - began < seconds:
+        registry.heartbeat(infos[count % len(infos)])
+        tick(keys=tick_keys, args=["me", 6000, 6000, ""])
+        count += 1
+        next_at += 1 / rate
+        pause = next_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        else:  # late: skip the slot rather than send a burst Redis would serve cheaper
+            next_at = time.monotonic()
+    with done.get_lock():
+        done.value += count
 
-    def pace(index: int, action: Any) -> None:
-        gap = len(actions) / rate
-        began = next_at = time.monotonic()
-        while time.monotonic() - began < seconds:
-            action()
-            done[index] += 1
-            next_at += gap
-            pause = next_at - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            else:  # late: skip the slot rather than send a burst Redis would serve cheaper
-                next_at = time.monotonic()
 
-    threads = [threading.Thread(target=pace, args=pair) for pair in enumerate(actions)]
+def _paced_cpu(client: Redis[bytes], prefix: str, rate: float, seconds: float,
+               processes: int = 4) -> tuple[float, float]:
+    """Redis CPU (fraction of a core) while ``processes`` client processes (workers are
+    separate processes, each its own client) send ``rate`` heartbeat+tick pairs a
+    second between them, and the rate they really reached (a loaded machine may not
+    keep up)."""
+    ctx = multiprocessing.get_context("fork")
+    done = ctx.Value("q", 0)
+    pool = client.connection_pool
+    procs = [ctx.Process(target=_pace, args=(pool, prefix, rate / processes, seconds, done))
+             for _ in range(processes)]
     start, began = _cpu_s(client), time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
     took = time.monotonic() - began
-    return (_cpu_s(client) - start) / took, sum(done) / took
+    return (_cpu_s(client) - start) / took, done.value / took
+
+
+def _info(index: int) -> WorkerInfo:
+    return WorkerInfo(id=f"w{index:05d}", name=f"w{index:05d}@calibrate", tags=["cpu"],
+                      cpu_cores=8, max_concurrent=4)
 
 
 #: Heartbeat+tick pairs a second the light calls are paced at: 100 to 2,000 workers.
@@ -105,8 +125,7 @@ def calibrate(client: Redis[bytes], base: Costs | None = None, calls: int = 8_00
     idle = (_cpu_s(client) - idle_start) / (time.monotonic() - idle_at)
     keys = RedisKeys("calibrate")
     registry = Registry(client, keys, 600.0)
-    infos = [WorkerInfo(id=f"w{i:05d}", name=f"w{i:05d}@calibrate", tags=["cpu"],
-                        cpu_cores=8, max_concurrent=4) for i in range(10_000)]
+    infos = [_info(i) for i in range(10_000)]
     sizes = {}
     for index, info in enumerate(infos, 1):
         registry.heartbeat(info)
@@ -124,19 +143,8 @@ def calibrate(client: Redis[bytes], base: Costs | None = None, calls: int = 8_00
     def tock() -> None:
         tick(keys=tick_keys, args=["me", 6000, 6000, ""])
 
-    def pair_on(other: Redis[bytes]) -> Any:
-        own, own_tick = Registry(other, keys, 600.0), other.register_script(TICK_SCRIPT)
-
-        def pair() -> None:
-            own.heartbeat(infos[next(counter) % 1000])
-            own_tick(keys=tick_keys, args=["me", 6000, 6000, ""])
-
-        return pair
-
-    pairs = [pair_on(Redis(connection_pool=client.connection_pool.__class__(
-        **client.connection_pool.connection_kwargs))) for _ in range(4)]
     beat_us, tock_us = (_cost_us(client, calls, action, threads=4) for action in (beat, tock))
-    points = [_paced_cpu(client, rate, 4.0, pairs) for rate in PACED_RATES]
+    points = [_paced_cpu(client, "calibrate", rate, 4.0) for rate in PACED_RATES]
     log.info("light calls: %s", ", ".join(f"{2 * r:.0f}/s: {c * 100:.2f} %" for c, r in points))
     k, alpha = fit_power(points, idle)
     small = Registry(client, RedisKeys("calibrate-small"), 600.0)
