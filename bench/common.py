@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import uuid
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from somatize_tasks.settings import Settings
+from somatize_tasks.store.ram import ram_tier
 from tests.conftest import _answers, start_redis_server
 
 STANDARD_REDIS = "redis://127.0.0.1:6379/0"
@@ -32,9 +34,13 @@ def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path
         "store_dir": root / "store", "cache_dir": root / "cache",
         "heartbeat_interval_s": 0.5, "worker_id": f"{prefix}-producer", **overrides,
     }  # fmt: skip
+    settings = Settings(**options)
+    ram = ram_tier(settings)
     try:
-        yield Settings(**options), root
+        yield settings, root
     finally:
+        if ram is not None:  # values in RAM would outlive the benchmark (runs are not collected)
+            shutil.rmtree(ram.root, ignore_errors=True)
         if server is not None:
             server.kill()
             server.wait()

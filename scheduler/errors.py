@@ -10,8 +10,35 @@ Both are also ``ValueError``s, so code that already treats bad input as a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+#: An error lists at most this many problems (or names); the rest are counted.
+MAX_LISTED = 20
+#: One listed problem is cut to at most this many characters.
+MAX_LINE_CHARS = 300
+
+
+def shorten(text: str, most: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut to ``most`` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def listing(
+    items: Iterable[object], most: int = MAX_LISTED, sep: str = ", ",
+    item_chars: int = MAX_LINE_CHARS,
+) -> str:
+    """The first ``most`` items (each cut to ``item_chars``) joined with ``sep``, then
+    "… and K more": a list in an error message stays small however long the input."""
+    shown: list[str] = []
+    extra = 0
+    for item in items:
+        if len(shown) < most:
+            shown.append(shorten(str(item), item_chars))
+        else:
+            extra += 1
+    more = f"{sep}… and {extra} more" if extra else ""
+    return sep.join(shown) + more
 
 
 class SchedulerError(Exception):
@@ -34,12 +61,17 @@ class PlanValidationError(SchedulerError, ValueError):
 
     ``problems`` lists every problem found, each with the path to the bad
     field in the JSON document (``Sequence[2].Parallel[0].Execute.node_id``).
+    The message lists the first :data:`MAX_LISTED` of them, each cut to
+    :data:`MAX_LINE_CHARS`, and counts the rest: it stays small however bad
+    the input.
     """
 
     def __init__(self, what: str, problems: Sequence[FieldProblem]) -> None:
         self.what = what
         self.problems = list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
+        lines = "\n".join(f"  - {shorten(str(p))}" for p in self.problems[:MAX_LISTED])
+        if len(self.problems) > MAX_LISTED:
+            lines += f"\n  … and {len(self.problems) - MAX_LISTED} more"
         count = len(self.problems)
         noun = "problem" if count == 1 else "problems"
         super().__init__(f"invalid {what} ({count} {noun}):\n{lines}")

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.depth import check_text_depth, decode_json_text
 from scheduler.errors import FieldProblem, PlanValidationError
 from scheduler.plan import (
     VARIANT_TAGS,
@@ -37,8 +38,6 @@ from scheduler.plan import (
 )
 
 Predecessors = dict[str, list[str]]
-#: At most this many problems are listed; the rest are counted.
-MAX_PROBLEMS = 20
 
 #: A node's place in the plan tree: (container id, container kind, child slot,
 #: container's own node id or "") from the root down. Slot -1 is a container's
@@ -100,15 +99,13 @@ def load_plan_document(document: Any, predecessors: Any = None) -> PlanDocument:
     return PlanDocument(plan, graph)
 
 
-def _parse(text: str | bytes | bytearray) -> Any:
+def _parse(data: str | bytes | bytearray) -> Any:
+    text = decode_json_text(data)
+    check_text_depth(text)  # json.loads recurses once per level
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise PlanValidationError("plan", [FieldProblem("", f"Invalid JSON: {exc}")]) from None
-    except RecursionError:
-        raise PlanValidationError(
-            "plan", [FieldProblem("", "nested too deeply to read")]
-        ) from None
 
 
 def _read_predecessors(raw: Any) -> Predecessors:
@@ -147,10 +144,7 @@ def check_predecessors(plan: ExecutionPlan, graph: Mapping[str, list[str]]) -> N
 def _raise_if(problems: list[FieldProblem]) -> None:
     if not problems:
         return
-    shown = problems[:MAX_PROBLEMS]
-    if len(problems) > MAX_PROBLEMS:
-        shown.append(FieldProblem("", f"... and {len(problems) - MAX_PROBLEMS} more"))
-    raise PlanValidationError("plan document", shown)
+    raise PlanValidationError("plan document", problems)  # the message lists the first few
 
 
 def _edge_problem(pred: str, node_id: str, places: dict[str, _Place]) -> str | None:

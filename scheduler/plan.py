@@ -43,6 +43,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from scheduler.depth import check_text_depth, check_value_depth, decode_json_text
 from scheduler.errors import FieldProblem, PlanValidationError
 from scheduler.validation import problems_from_pydantic
 
@@ -400,6 +401,7 @@ class ExecutionPlan(RootModel[PlanNode]):
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> ExecutionPlan:
+        check_value_depth(obj)  # before anything that recurses
         try:
             plan = super().model_validate(obj, *args, **kwargs)
         except ValidationError as exc:
@@ -411,6 +413,7 @@ class ExecutionPlan(RootModel[PlanNode]):
     def model_validate_json(
         cls, json_data: str | bytes | bytearray, *args: Any, **kwargs: Any
     ) -> ExecutionPlan:
+        check_text_depth(decode_json_text(json_data))  # before anything that recurses
         try:
             plan = super().model_validate_json(json_data, *args, **kwargs)
         except ValidationError as exc:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
+from scheduler.errors import listing
 from somatize_tasks.errors import (
     CatalogError,
     DuplicateNodeError,
@@ -202,18 +203,29 @@ class BoundNode:
 
 
 def _check_params(entry: CatalogEntry, params: Mapping[str, Any]) -> None:
+    problem = params_problem(entry, params)
+    if problem is not None:
+        raise NodeParamsError(f"node '{entry.name}': {problem}")
+
+
+def params_problem(entry: CatalogEntry, params: Mapping[str, Any]) -> str | None:
+    """Why ``params`` cannot be passed to ``entry`` (naming the parameter and what
+    the entry takes), or None when they fit (or the entry has no signature)."""
     if entry.signature is None:
-        return
+        return None
     try:
         if entry.kind == "filter":
             entry.signature.bind(**params)
         else:
             entry.signature.bind(None, **params)
     except TypeError as exc:
-        raise NodeParamsError(
-            f"node '{entry.name}' ({entry.qualname}) cannot take parameters "
-            f"{sorted(params)}: {exc}"
-        ) from None
+        takes = [name for name, p in entry.signature.parameters.items()
+                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+        if entry.kind == "function":
+            takes = takes[1:]  # the first parameter is the node's input
+        return (f"{entry.qualname} cannot take parameters [{listing(map(repr, params))}]: "
+                f"{exc}; it takes: {listing(takes) or 'no parameters'}")  # fmt: skip
+    return None
 
 
 def call_node(entry: CatalogEntry, value: Any, params: Mapping[str, Any] | None = None) -> Any:

@@ -6,12 +6,14 @@
     │   ├── UnknownNodeError        no entry of that name on this worker (LookupError)
     │   ├── DuplicateNodeError      two different callables claim one name
     │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
+    ├── PlanInputError              params or ops do not fit the plan (ValueError)
     ├── CodecError                  a value cannot be encoded or decoded (TypeError)
     ├── MissingStateError           a forward run has no state for a trainable filter
     └── ArtifactError               the artifact store cannot serve a request
         ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
         ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
         ├── ArtifactCorruptError    a stored value's size is not what its ref says
+        ├── DiskFullError           no space left to write a value to a local disk
         └── StoreError              the shared store failed (names endpoint and bucket)
             └── StoreUnavailableError   the store cannot be reached: retry later
     RunError                        a run did not produce its output (Redis unreachable,
@@ -25,6 +27,8 @@ details are keyword-only attributes for callers in the same process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from scheduler.errors import listing
 
 
 class SomatizeError(Exception):
@@ -65,7 +69,7 @@ class UnknownNodeError(CatalogError, LookupError):
         cls, node: str, worker_id: str | None, available: Sequence[str]
     ) -> UnknownNodeError:
         where = f"worker '{worker_id}'" if worker_id else "this process"
-        held = ", ".join(sorted(available)) or "nothing (was it started with --nodes?)"
+        held = listing(sorted(available)) or "nothing (was it started with --nodes?)"
         return cls(
             f"node '{node}' is not in the catalog of {where}; it holds: {held}",
             node=node,
@@ -91,6 +95,10 @@ class NodeParamsError(CatalogError, TypeError):
     """The parameters a run gives a node do not match its signature."""
 
 
+class PlanInputError(SomatizeError, ValueError):
+    """``params`` or ``ops`` are malformed or name a node the plan does not have."""
+
+
 class CodecError(SomatizeError, TypeError):
     """No codec can encode a value (the message names its type), or decoding failed."""
 
@@ -109,6 +117,11 @@ class ArtifactMissingError(ArtifactError, LookupError):
 
 class ArtifactCorruptError(ArtifactError):
     """A stored value's size differs from the size its ref records."""
+
+
+class DiskFullError(ArtifactError):
+    """No space left on a local disk (the cache, or a shared directory): the message
+    names the node, the worker and the path, and says "no space left"."""
 
 
 class StoreError(ArtifactError):

@@ -18,22 +18,38 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
     not written for ``run_ttl_s`` is checked (one pipelined ``EXISTS`` per
     batch) and deleted if its run is gone. Younger directories are never
     checked, which also keeps the sweep away from a run whose producer is
-    still writing its input before the run exists in Redis.
+    still writing its input before the run exists in Redis. The machine's
+    RAM tier (``<ram_dir>/<key prefix>/<run>/...``, shared directory only)
+    is swept the same way, as one of ``extra_roots``.
 
 Both are idempotent and safe to run in many processes at once.
+
+Partial files: every write goes to a temporary name (``.<name>.<hex>.tmp``,
+and boto3's own ``...tmp.<hex>`` beside it) and is renamed when complete or
+deleted when it fails; only a killed process leaves one behind.
+:func:`sweep_temp_files` deletes those: a worker's own cache at its start
+(nothing of its own can be in flight then), and any cache or shared
+directory from the sweeper and ``somatize-tasks gc`` once untouched for
+:data:`TEMP_GRACE_S`. In S3, :meth:`RunCollector.abort_stale_uploads` aborts
+multipart uploads under the project's prefix started more than a grace ago
+(a worker killed mid-upload leaves its parts billed and invisible).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
 from redis import Redis
 
+from somatize_tasks.errors import StoreError
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.store import SharedStore, key_part
 from somatize_tasks.store.local import LocalDir
@@ -41,6 +57,32 @@ from somatize_tasks.store.local import LocalDir
 log = logging.getLogger(__name__)
 
 BATCH = 500
+#: A temporary file untouched this long is a leftover (a live write touches it constantly).
+TEMP_GRACE_S = 600.0
+#: A multipart upload started this long ago is abandoned.
+UPLOAD_GRACE_S = 3600.0
+_TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp(\.[0-9a-fA-F]{8})?$")
+
+
+def sweep_temp_files(root: Path, grace_s: float = TEMP_GRACE_S) -> int:
+    """Delete the temporary files of unfinished writes under ``root`` not modified
+    for ``grace_s`` seconds; how many were deleted."""
+    cutoff = time.time() - grace_s
+    deleted = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not _TEMP_NAME.match(name):
+                continue
+            path = Path(folder, name)
+            try:
+                if grace_s <= 0 or path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    deleted += 1
+            except FileNotFoundError:
+                continue
+    if deleted:
+        log.info("deleted %d partial file(s) left under %s", deleted, root)
+    return deleted
 #: Run keys besides the meta hash; deleted with a run that expired unfinished.
 RUN_PARTS = ("results", "nodes", "done", "transfers", "finished", "lease")
 
@@ -54,14 +96,18 @@ class RunCollector:
         keys: RedisKeys,
         shared: Callable[[], SharedStore],
         run_ttl_s: float,
+        upload_grace_s: float = UPLOAD_GRACE_S,
     ) -> None:
         self.client = client
         self.keys = keys
         self.shared = shared
         self.run_ttl_s = run_ttl_s
+        self.upload_grace_s = upload_grace_s
+        self.aborted_uploads = 0  # by the last collect()
 
     def collect(self, *, max_batches: int | None = None) -> list[str]:
-        """Collect expired runs, oldest first; the ids collected.
+        """Collect expired runs, oldest first (the ids collected), then abort stale
+        multipart uploads (how many: ``aborted_uploads``).
 
         Old runs still alive (running longer than the TTL) are stepped over,
         so they never hide the expired ones behind them.
@@ -75,7 +121,18 @@ class RunCollector:
             batches += 1
             if looked < BATCH:
                 break
+        self.aborted_uploads = self.abort_stale_uploads(self.upload_grace_s)
         return collected
+
+    def abort_stale_uploads(self, grace_s: float = UPLOAD_GRACE_S) -> int:
+        """Abort the store's multipart uploads under its prefix started more than
+        ``grace_s`` ago; how many (a store without multipart uploads has none)."""
+        abort: Callable[[float], int] | None = getattr(self.shared(), "abort_stale_uploads", None)
+        try:
+            return 0 if abort is None else abort(grace_s)
+        except StoreError as exc:  # the store is down: the next collection tries again
+            log.warning("could not abort stale multipart uploads: %s", exc)
+            return 0
 
     def _collect_batch(self, skip: int) -> tuple[int, list[str]]:
         cutoff = time.time() - self.run_ttl_s
@@ -109,10 +166,12 @@ class CacheSweeper:
         cache_root: Path,
         run_ttl_s: float,
         interval_s: float,
+        extra_roots: Sequence[Path] = (),
     ) -> None:
         self.client = client
         self.keys = keys
         self.cache = LocalDir(cache_root)
+        self.roots = [cache_root, *extra_roots]
         self.run_ttl_s = run_ttl_s
         self.interval_s = interval_s
         self._due = 0.0
@@ -128,7 +187,10 @@ class CacheSweeper:
         return self.sweep()
 
     def sweep(self) -> int:
-        """Delete every old run directory whose run is gone; how many were deleted."""
+        """Delete every old run directory whose run is gone (how many were deleted),
+        and partial files older than :data:`TEMP_GRACE_S`."""
+        for root in self.roots:
+            sweep_temp_files(root)
         deleted = 0
         for batch in _batches(self._old_run_dirs(), BATCH):
             pipe = self.client.pipeline(transaction=False)
@@ -136,18 +198,21 @@ class CacheSweeper:
                 pipe.exists(self.keys.run(unquote(path.name)))
             for path, alive in zip(batch, pipe.execute(), strict=True):
                 if not alive:
-                    self.cache.delete_prefix(path.name)
+                    shutil.rmtree(path, ignore_errors=True)
                     deleted += 1
         if deleted:
-            log.info("deleted %d expired run(s) from cache %s", deleted, self.cache.root)
+            log.info("deleted %d expired run dir(s) from %s", deleted,
+                     ", ".join(str(root) for root in self.roots))  # fmt: skip
         return deleted
 
     def _old_run_dirs(self) -> Iterator[Path]:
         cutoff = time.time() - self.run_ttl_s
-        try:
-            entries = list(self.cache.root.iterdir())
-        except FileNotFoundError:
-            return
+        entries: list[Path] = []
+        for root in self.roots:
+            try:
+                entries += root.iterdir()
+            except FileNotFoundError:
+                continue
         for path in entries:
             try:
                 if path.is_dir() and path.stat().st_mtime < cutoff:

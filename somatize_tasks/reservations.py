@@ -97,6 +97,16 @@ return 0
 _held = threading.local()
 
 
+def reservation_keys(keys: RedisKeys) -> list[str]:
+    """The reserved-slots hash and its expiry set (one pair per key prefix)."""
+    return [keys.key("reserved"), keys.key("reserved", "exp")]
+
+
+def reservation_field(worker_id: str, run_id: str) -> str:
+    """The field that counts one run's reserved slots on one worker."""
+    return f"{worker_id}|{run_id}"
+
+
 class Reservations:
     """The reservations under one key prefix."""
 
@@ -104,7 +114,7 @@ class Reservations:
         self.client = client
         self.keys = keys
         self.ttl_ms = int(ttl_s * 1000)
-        self.fields = [keys.key("reserved"), keys.key("reserved", "exp")]
+        self.fields = reservation_keys(keys)
         self._read = client.register_script(_READ)
         self._reserve = client.register_script(_RESERVE)
         self._release_one = client.register_script(_RELEASE_ONE)
@@ -138,9 +148,9 @@ class Reservations:
         if slots:
             args: list[str | int] = [self.ttl_ms]
             for worker_id, count in sorted(slots.items()):
-                args += [f"{worker_id}|{run_id}", count]
+                args += [reservation_field(worker_id, run_id), count]
             self._reserve(keys=self.fields, args=args)
-            _held.made = [f"{worker_id}|{run_id}" for worker_id in slots]
+            _held.made = [reservation_field(worker_id, run_id) for worker_id in slots]
 
     def forget(self, fields: list[str]) -> None:
         """Drop reservations outright (their run never started: submitting it failed)."""
@@ -152,7 +162,7 @@ class Reservations:
 
     def release_one(self, worker_id: str, run_id: str) -> None:
         """A block of ``run_id`` started on ``worker_id``: its heartbeat counts it now."""
-        self._release_one(keys=self.fields, args=[f"{worker_id}|{run_id}"])
+        self._release_one(keys=self.fields, args=[reservation_field(worker_id, run_id)])
 
     def prune(self) -> int:
         """Drop the reservations of runs that are no longer running; how many."""

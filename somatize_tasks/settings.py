@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     store_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "somatize-store")
     cache_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "somatize-cache")
     inline_max_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
+    # With a shared directory, larger values go to RAM (tmpfs) while they fit this budget
+    # (0 turns it off); see somatize_tasks/store/ram.py.
+    ram_dir: Path = Path("/dev/shm/somatize")
+    ram_max_bytes: Annotated[int, Field(ge=0)] = 2 * 1024 * 1024 * 1024
     s3_endpoint_url: str | None = None
     s3_bucket: str | None = None
     s3_prefix: str = "somatize"

@@ -29,9 +29,11 @@ from celery.signals import celeryd_init
 
 from somatize_tasks.catalog import default_catalog, load_catalog_modules
 from somatize_tasks.celery_app import SomatizeCelery
+from somatize_tasks.gc import sweep_temp_files
 from somatize_tasks.keys import queue_name
 from somatize_tasks.kombu_compat import guard_restore_on_close
 from somatize_tasks.settings import redacted_url
+from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     if str(instance.hostname).startswith("celery@"):
         instance.hostname = f"{settings.worker_id}@{socket.gethostname()}"
     default_catalog.worker_id = settings.worker_id
+    # Partial files in this worker's own cache are a killed predecessor's: none is ours yet.
+    sweep_temp_files(settings.cache_dir / key_part("worker id", settings.worker_id), grace_s=0)
     names = load_catalog_modules(settings.nodes)
     log.info(
         "worker %s consuming %s from %s; catalog: %s",

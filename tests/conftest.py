@@ -157,6 +157,7 @@ def settings(redis_url: str, key_prefix: str, s3_endpoint: S3Endpoint,
         store_kind="s3",
         store_dir=root / "store",
         cache_dir=root / "cache",
+        ram_dir=root / "ram",  # a shared-directory copy of these never writes to /dev/shm
         inline_max_bytes=1024,
         s3_endpoint_url=s3_endpoint.url,
         s3_bucket=s3_endpoint.bucket,

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from scheduler import SchedulerError
+from scheduler.depth import MAX_JSON_DEPTH, line_and_column, text_too_deep
 from somatize_tasks.errors import SomatizeError
 
 P = ParamSpec("P")
@@ -26,14 +27,29 @@ R = TypeVar("R")
 
 
 def load_json_file(path: str | Path, what: str) -> Any:
-    """Parsed JSON from ``path``; errors name the file, the line and the column."""
+    """Parsed JSON from ``path``; errors name the file, the line and the column.
+
+    Nesting deeper than :data:`~scheduler.depth.MAX_JSON_DEPTH` is refused before
+    parsing (Python's reader recurses once per level), as is text that is not UTF-8.
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise click.ClickException(f"{what} file '{file}' does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(
+            f"{what} file '{file}' is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {what} file '{file}': {exc.strerror}") from None
+    offset = text_too_deep(text)
+    if offset is not None:
+        line, column = line_and_column(text, offset)
+        raise click.ClickException(
+            f"{what} file '{file}' nests JSON more than {MAX_JSON_DEPTH} levels deep "
+            f"(at line {line}, column {column}); the limit is {MAX_JSON_DEPTH}"
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

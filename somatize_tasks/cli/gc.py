@@ -15,7 +15,7 @@ import click
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
-from somatize_tasks.gc import CacheSweeper, RunCollector
+from somatize_tasks.gc import UPLOAD_GRACE_S, CacheSweeper, RunCollector, sweep_temp_files
 from somatize_tasks.runtime.context import run_context
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part
@@ -30,25 +30,39 @@ from somatize_tasks.store import key_part
     "SOMATIZE_CACHE_DIR on this machine (they must all belong to this key prefix).",
 )
 @click.option("--no-caches", is_flag=True, help="Only the shared store and the runs index.")
+@click.option(
+    "--uploads-older-than-s",
+    type=click.FloatRange(min=0),
+    default=UPLOAD_GRACE_S,
+    show_default=True,
+    help="Abort S3 multipart uploads under the prefix started longer ago than this.",
+)
 @friendly_errors
-def gc(worker_ids: tuple[str, ...], no_caches: bool) -> None:
-    """Delete the artifacts and index entries of runs whose state expired."""
+def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float) -> None:
+    """Delete the artifacts and index entries of runs whose state expired, partial
+    files of killed writers, and abandoned multipart uploads."""
     settings = Settings.from_env()
     context = run_context(create_app(settings), settings, "gc")
     collector = RunCollector(
-        context.redis, context.keys, lambda: context.store.shared, settings.run_ttl_s
-    )
+        context.redis, context.keys, lambda: context.store.shared, settings.run_ttl_s,
+        uploads_older_than_s,
+    )  # fmt: skip
     runs = collector.collect()
     dirs = 0
+    partial = sweep_temp_files(settings.store_dir) if settings.store_kind == "local" else 0
     if not no_caches:
-        for root in _cache_roots(settings.cache_dir, worker_ids):
+        ram = context.store.ram
+        for root in [*_cache_roots(settings.cache_dir, worker_ids),
+                     *([ram.root] if ram is not None else [])]:  # fmt: skip
             sweeper = CacheSweeper(
                 context.redis, context.keys, root, settings.run_ttl_s, settings.gc_interval_s
             )
             dirs += sweeper.sweep()
     click.echo(
         f"collected {len(runs)} expired run(s) from {context.store.shared.describe()} "
-        f"and the runs index; deleted {dirs} expired run dir(s) from local caches"
+        f"and the runs index; deleted {dirs} expired run dir(s) from local caches, "
+        f"{partial} partial file(s) from the shared directory; aborted "
+        f"{collector.aborted_uploads} stale multipart upload(s)"
     )
 
 

@@ -30,7 +30,6 @@ from scheduler import (
     DistributionPlan,
     ExecutionPlan,
     PlacementError,
-    SchedulerError,
     WorkerInfo,
     data_edges,
     load_plan_document,
@@ -38,7 +37,7 @@ from scheduler import (
     schedule,
 )
 from somatize_tasks.cli import main
-from somatize_tasks.cli.common import load_json_file
+from somatize_tasks.cli.common import friendly_errors, load_json_file
 
 EXAMPLE = "pipeline.schedule-input.json"
 _INPUT_KEYS = {"plan", "workers", "differentiable_nodes", "predecessors"}
@@ -70,6 +69,7 @@ class ScheduleInput:
     is_flag=True,
     help="When a Remote cannot be placed, print an empty plan with a warning instead of failing.",
 )
+@friendly_errors
 def plan_command(
     *,
     file: Path | None,
@@ -100,10 +100,6 @@ def plan_command(
             f"{exc.problem}. Start a worker that satisfies the target, free capacity on one, "
             "or pass --allow-local-fallback to print an empty plan instead."
         ) from None
-    except SchedulerError as exc:
-        raise click.ClickException(str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise click.ClickException(f"the input is not UTF-8 text: {exc.reason}") from None
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     elif mermaid:

@@ -17,8 +17,10 @@ pick up, say, a production S3 bucket.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +48,23 @@ DEMO_NODES = ("somatize_tasks.examples.nodes",)
 WORKER_START_TIMEOUT_S = 60.0
 WORKER_STOP_GRACE_S = 10.0
 REDIS_STOP_GRACE_S = 5.0
+#: A cluster's RAM directory (its values, see somatize_tasks/store/ram.py) is its own,
+#: named after its run dir, and deleted when it stops: its Redis, which knew the runs
+#: those values belong to, goes with it.
+RAM_DIR_PREFIX = "somatize-cluster-"
+
+
+def cluster_ram_dir(root: Path) -> Path:
+    """``/dev/shm/somatize-cluster-<hash of the run dir>``."""
+    digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+    return Path("/dev/shm") / f"{RAM_DIR_PREFIX}{digest}"
+
+
+def remove_ram_dir(env: dict[str, str]) -> None:
+    """Delete the RAM directory a cluster's env names (only one a cluster made)."""
+    ram = env.get("SOMATIZE_RAM_DIR")
+    if ram and Path(ram).name.startswith(RAM_DIR_PREFIX):
+        shutil.rmtree(ram, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,7 @@ class LocalCluster:
             "SOMATIZE_STORE_DIR": str(self.root / "store"),
             "SOMATIZE_CACHE_DIR": str(self.root / "cache"),
             "SOMATIZE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_interval_s),
+            "SOMATIZE_RAM_DIR": str(cluster_ram_dir(self.root)),
         }
         if self.inline_max_bytes is not None:
             env["SOMATIZE_INLINE_MAX_BYTES"] = str(self.inline_max_bytes)
@@ -287,6 +307,7 @@ class LocalCluster:
             stop_all(self.workers(), WORKER_STOP_GRACE_S)
             stop_all([p for p in self.processes if p.role == "redis"], REDIS_STOP_GRACE_S)
             self.processes.clear()
+            remove_ram_dir({"SOMATIZE_RAM_DIR": str(cluster_ram_dir(self.root))})
 
 
 def stop_all(processes: Sequence[StartedProcess], grace_s: float) -> None:
@@ -366,4 +387,5 @@ class SavedCluster:
         with signals_deferred(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             stop_all([p for p in self.processes if p.role != "redis"], WORKER_STOP_GRACE_S)
             stop_all([p for p in self.processes if p.role == "redis"], REDIS_STOP_GRACE_S)
+            remove_ram_dir(self.env)
         return running

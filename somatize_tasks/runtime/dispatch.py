@@ -32,6 +32,9 @@ NODE_BATCH_TASK = "somatize.node.batch"
 #: A worker's ready blocks go out in at least this many messages (when there are
 #: that many), so a batch never leaves its worker's other slots idle.
 BATCH_SPREAD = 4
+#: A long publish checks every this many messages that the run is still active,
+#: and stops once it has failed or been cancelled.
+STILL_ACTIVE_EVERY = 32
 INPUT_READY_TASK = "somatize.run.input_ready"
 TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
@@ -133,7 +136,10 @@ class CeleryDispatcher:
             sends.append((batch, task_id))
         records.execute()
         with self.context.app.producer_or_acquire() as producer:
-            for batch, task_id in sends:
+            for number, (batch, task_id) in enumerate(sends):
+                if number and number % STILL_ACTIVE_EVERY == 0 and not self.state.is_active():
+                    sends = sends[:number]  # the run failed or was cancelled meanwhile
+                    break
                 if len(batch) == 1:
                     block, epoch, input_expr = batch[0]
                     self._send(block, epoch, input_expr, task_id, producer=producer)

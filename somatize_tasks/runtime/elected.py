@@ -134,10 +134,13 @@ class ReaperLoop:
 
 
 def cache_sweeper(context: RunContext) -> CacheSweeper:
-    """The sweeper of this process's own cache (``<cache_dir>/<worker id>``)."""
+    """The sweeper of this process's own cache (``<cache_dir>/<worker id>``) and of this
+    machine's RAM tier, if there is one."""
     settings = context.settings
+    ram = context.store.ram
     return CacheSweeper(context.redis, context.keys, context.store.cache.root,
-                        settings.run_ttl_s, settings.gc_interval_s)
+                        settings.run_ttl_s, settings.gc_interval_s,
+                        extra_roots=[ram.root] if ram is not None else [])  # fmt: skip
 
 
 _producer_sweepers: dict[int, CacheSweeper] = {}

@@ -19,6 +19,7 @@ from scheduler import ExecutionPlan, PlanDocument, load_plan_document, plan_warn
 from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.codecs import codec_for, codec_named
 from somatize_tasks.runtime.engine import Engine
+from somatize_tasks.runtime.inputs import check_run_inputs
 from somatize_tasks.runtime.leaf import STATE_PREFIX, run_block
 from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.program import Block, compile_program
@@ -104,6 +105,7 @@ def run_local(
     node id to state); by default a run with states forwards and one without fits.
     """
     document = load_plan_document(plan, predecessors)
+    check_run_inputs(document.plan, params, ops, default_catalog if catalog is None else catalog)
     store = MemoryValueStore()
     chosen = run_mode(document.plan, mode, states is not None, y is not None)
     program = compile_program(

@@ -158,11 +158,16 @@ class Program:
         Soma's numbering of repeated filters: ``double_2`` is the second
         ``double``, so it runs ``double`` unless the catalog has ``double_2``.
         """
-        explicit = self.ops.get(node_id)
-        if explicit is not None:
-            return [explicit]
-        match = _SOMA_NUMBER.match(node_id)
-        return [node_id, match.group("base")] if match else [node_id]
+        return catalog_names(node_id, self.ops)
+
+
+def catalog_names(node_id: str, ops: Mapping[str, str]) -> list[str]:
+    """Catalog names to try for ``node_id``, best first (see ``Program.op_candidates``)."""
+    explicit = ops.get(node_id)
+    if explicit is not None:
+        return [explicit]
+    match = _SOMA_NUMBER.match(node_id)
+    return [node_id, match.group("base")] if match else [node_id]
 
 
 def compile_program(
@@ -179,13 +184,19 @@ def compile_program(
     labels: Expr | None = None,
     states: Mapping[str, Expr] | None = None,
     fused: list[list[str]] | None = None,
+    placed: Mapping[str, str] | None = None,
 ) -> Program:
     """Flatten ``plan`` into blocks; without a distribution, every node is local.
 
     ``fused`` names the chains to run as one task each; None works them out
     from the placement (:mod:`somatize_tasks.runtime.fusion`), ``[]`` fuses none.
+    ``placed`` (node id -> worker id) stands for the distribution where only
+    that is known (a worker reading a run's record).
     """
-    worker_of = distribution.worker_of() if distribution is not None else {}
+    if placed is not None:
+        worker_of = dict(placed)
+    else:
+        worker_of = distribution.worker_of() if distribution is not None else {}
     blocks: list[Block] = []
     stack: list[tuple[PlanNode, int | None, int]] = [(plan.root, None, 0)]
     while stack:

@@ -5,6 +5,13 @@ must not be split (see that module's docstring). KEYS and ARGV are
 documented above each script.
 """
 
+from __future__ import annotations
+
+import weakref
+
+from redis import Redis
+from redis.commands.core import Script
+
 # KEYS: meta, results, nodes, done, states, latest, history. ARGV from index b: leaf
 # field, worker id, ttl, then counted sections of pairs: results fields (signals),
 # latest outputs, node statuses, fitted states; then counted history lines and the
@@ -93,24 +100,32 @@ for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
 return 1
 """
 
-# KEYS: meta, nodes, history. ARGV: state json, task id, history line ('' for none),
-# history length limit, ttl, node ids...
+# KEYS: meta, nodes, history, reserved slots, their expiries. ARGV: state json, task
+# id, history line ('' for none), history length limit, ttl, reservation field
+# (``<worker>|<run>``, '' for none), node ids...
 # Returns -1 when the task must not run (the run ended, the node is done, or
 # this message is stale: the node was re-dispatched under another task id),
-# else the run's distribution version.
+# else the run's distribution version. A block that starts gives back one slot
+# its run reserved on this worker (the heartbeat counts it now; see
+# somatize_tasks/reservations.py), in the same trip.
 MARK_RUNNING = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return -1 end
-local current = redis.call('HGET', KEYS[2], ARGV[6])
+local current = redis.call('HGET', KEYS[2], ARGV[7])
 if current then
   local state = cjson.decode(current)
   if state['state'] == 'done' or (state['task_id'] and state['task_id'] ~= ARGV[2]) then
     return -1
   end
 end
-for i = 6, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
+for i = 7, #ARGV do redis.call('HSET', KEYS[2], ARGV[i], ARGV[1]) end
 if ARGV[3] ~= '' then
   redis.call('RPUSH', KEYS[3], ARGV[3]); redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1)
   redis.call('EXPIRE', KEYS[3], tonumber(ARGV[5]))
+end
+if ARGV[6] ~= '' and redis.call('HEXISTS', KEYS[4], ARGV[6]) == 1 then
+  if redis.call('HINCRBY', KEYS[4], ARGV[6], -1) <= 0 then
+    redis.call('HDEL', KEYS[4], ARGV[6]); redis.call('ZREM', KEYS[5], ARGV[6])
+  end
 end
 return tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 """
@@ -148,3 +163,25 @@ for i = 2, #ARGV, 2 do
 end
 return 1
 """
+
+
+_SCRIPTS = {
+    "record": RECORD_LEAF, "record_and_join": RECORD_AND_JOIN,
+    "join": JOIN, "new_epoch": NEW_EPOCH, "finish": FINISH,
+    "mark_running": MARK_RUNNING, "transfer_arrived": TRANSFER_ARRIVED,
+    "replace_latest": REPLACE_LATEST,
+}  # fmt: skip
+_registered: weakref.WeakKeyDictionary[Redis[bytes], dict[str, Script]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def registered(client: Redis[bytes]) -> dict[str, Script]:
+    """The run scripts registered on ``client``, once per client: a state is built per
+    task, and hashing eight scripts each time cost ~60 us a block."""
+    found = _registered.get(client)
+    if found is None:
+        found = _registered[client] = {
+            name: client.register_script(text) for name, text in _SCRIPTS.items()
+        }
+    return found

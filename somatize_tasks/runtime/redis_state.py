@@ -20,11 +20,14 @@ import time
 from typing import Any
 
 from redis import Redis
+from redis.commands.core import Script
 
 from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.reservations import reservation_field, reservation_keys
 from somatize_tasks.runtime import redis_scripts as scripts
 from somatize_tasks.runtime.packing import pack
+from somatize_tasks.runtime.starts import PendingStart, send_with_start
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
@@ -52,14 +55,18 @@ class RedisRunState:
         self.outbox = keys.run(run_id, "outbox")
         self.history = history_key(keys, run_id)
         self.active_runs = keys.active_runs
-        self._record = client.register_script(scripts.RECORD_LEAF)
-        self._record_and_join = client.register_script(scripts.RECORD_AND_JOIN)
-        self._join = client.register_script(scripts.JOIN)
-        self._new_epoch = client.register_script(scripts.NEW_EPOCH)
-        self._finish = client.register_script(scripts.FINISH)
-        self._mark_running = client.register_script(scripts.MARK_RUNNING)
-        self._transfer_arrived = client.register_script(scripts.TRANSFER_ARRIVED)
-        self._replace_latest = client.register_script(scripts.REPLACE_LATEST)
+        self.reservations = reservation_keys(keys)
+        registered = scripts.registered(client)
+        #: The next block of this batch, to start with this block's record (starts.py).
+        self.start_next: PendingStart | None = None
+        self._record = registered["record"]
+        self._record_and_join = registered["record_and_join"]
+        self._join = registered["join"]
+        self._new_epoch = registered["new_epoch"]
+        self._finish = registered["finish"]
+        self._mark_running = registered["mark_running"]
+        self._transfer_arrived = registered["transfer_arrived"]
+        self._replace_latest = registered["replace_latest"]
 
     def all_keys(self) -> list[str]:
         return [
@@ -73,21 +80,28 @@ class RedisRunState:
         return self.client.hget(self.meta, "status") == RUNNING.encode()
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
-        return bool(self._record(keys=self._record_keys, args=self._record_args(
-            bid, epoch, nodes, result)))  # fmt: skip
+        return bool(self._call(self._record, self._record_keys,
+                               self._record_args(bid, epoch, nodes, result)))  # fmt: skip
 
     def record_and_join(
         self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
         position: int,
     ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
-        found = self._record_and_join(
-            keys=self._record_keys,
-            args=[*self._join_args(parallel, epoch, position, result.output),
-                  *self._record_args(bid, epoch, nodes, result)],
+        found = self._call(
+            self._record_and_join, self._record_keys,
+            [*self._join_args(parallel, epoch, position, result.output),
+             *self._record_args(bid, epoch, nodes, result)],
         )  # fmt: skip
         if isinstance(found, list):
             return True, [dict(json.loads(raw)) for raw in found]
         return bool(found), None
+
+    def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script``, with the pending start of the next block if there is one."""
+        start, self.start_next = self.start_next, None
+        if start is None:
+            return script(keys=keys, args=args)
+        return send_with_start(self.client, script, keys, args, start, self._mark_running)
 
     @property
     def _record_keys(self) -> list[str]:
@@ -206,22 +220,37 @@ class RedisRunState:
 
     def mark_running(
         self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
-        history_line: str = "",
+        history_line: str = "", *, release_slot: bool = False,
     ) -> int | None:  # fmt: skip
         """Nodes start: the run's distribution version, or None if this task must not run.
 
         None when the run ended, the block already completed, or the message
         is stale (the block was re-dispatched elsewhere under a new task id).
+        With ``release_slot``, a start also gives back one slot the run
+        reserved on ``worker_id`` (:mod:`somatize_tasks.reservations`).
         """
+        start = self.pending_start(nodes, worker_id, bid, epoch, task_id, history_line,
+                                   release_slot=release_slot)  # fmt: skip
+        self.start_next = None
+        version = int(self._mark_running(keys=start.keys, args=start.args))
+        return None if version < 0 else version
+
+    def pending_start(
+        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
+        history_line: str = "", *, release_slot: bool = False,
+    ) -> PendingStart:  # fmt: skip
+        """A :meth:`mark_running` to send with this state's next record (kept as
+        :attr:`start_next`): the next block of a batch starts in that round trip."""
         status = _dumps({
             "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
-        version = int(self._mark_running(
-            keys=[self.meta, self.nodes, self.history],
-            args=[status, task_id, history_line, MAX_EVENTS, self.ttl_s, *nodes],
-        ))  # fmt: skip
-        return None if version < 0 else version
+        field = reservation_field(worker_id, self.run_id) if release_slot else ""
+        self.start_next = PendingStart(
+            [self.meta, self.nodes, self.history, *self.reservations],
+            [status, task_id, history_line, MAX_EVENTS, self.ttl_s, field, *nodes],
+        )  # fmt: skip
+        return self.start_next
 
     def transfer_arrived(
         self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str

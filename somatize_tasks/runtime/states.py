@@ -17,11 +17,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scheduler.depth import MAX_JSON_DEPTH, text_too_deep
 from somatize_tasks.codecs import codec_for, codec_named
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import CodecError, SomatizeError
@@ -78,15 +80,29 @@ def decode_bundle(bundle: Any, source: str = "states bundle") -> dict[str, Any]:
 
 
 def write_bundle(path: str | Path, states: Mapping[str, Any], run_id: str | None = None) -> None:
-    Path(path).write_text(json.dumps(encode_bundle(states, run_id)))
+    """Write the bundle under a temporary name, renamed when complete: a full disk
+    leaves no half file behind, only a :class:`StatesError` naming the file."""
+    final = Path(path)
+    temp = final.with_name(f".{final.name}.{os.urandom(16).hex()}.tmp")
+    try:
+        temp.write_text(json.dumps(encode_bundle(states, run_id)))
+        os.replace(temp, final)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise StatesError(f"cannot write states file {str(path)!r}: {exc.strerror}") from None
 
 
 def read_bundle(path: str | Path) -> dict[str, Any]:
     """The states in the bundle file at ``path``."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise StatesError(f"states file {str(path)!r} is not UTF-8 text: {exc.reason}") from None
     except OSError as exc:
         raise StatesError(f"cannot read states file {str(path)!r}: {exc.strerror}") from None
+    if text_too_deep(text) is not None:
+        raise StatesError(f"states file {str(path)!r} nests JSON more than "
+                          f"{MAX_JSON_DEPTH} levels deep")  # fmt: skip
     try:
         bundle = json.loads(text)
     except json.JSONDecodeError as exc:

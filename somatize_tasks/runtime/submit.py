@@ -30,10 +30,14 @@ from scheduler import (
     schedule,
     schedule_study,
 )
-from somatize_tasks.catalog import Catalog
+from scheduler.depth import check_value_depth
+from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
-from somatize_tasks.errors import SomatizeError
+from somatize_tasks.errors import (
+    PlanInputError,  # noqa: F401 - re-exported (its old home)
+    SomatizeError,
+)
 from somatize_tasks.registry import Registry
 from somatize_tasks.reservations import reservations_of, reserve_run, unlock
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
@@ -47,6 +51,7 @@ from somatize_tasks.runtime.handle import (
     Progress,
     RunStatus,
 )
+from somatize_tasks.runtime.inputs import check_run_inputs
 from somatize_tasks.runtime.leaf import STATE_PREFIX
 from somatize_tasks.runtime.local import LocalRunResult, run_local
 from somatize_tasks.runtime.modes import run_mode
@@ -56,7 +61,6 @@ from somatize_tasks.runtime.state import DONE, FAILED
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
-from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -76,10 +80,6 @@ class NoWorkersError(SomatizeError):
             f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
             "without require_workers=True to run the plan in this process."
         )
-
-
-class PlanInputError(SomatizeError, ValueError):
-    """``params`` or ``ops`` name a node the plan does not have."""
 
 
 @dataclass
@@ -125,8 +125,7 @@ def submit_plan(
     ``states_from``: a fit run's id, a states file, or a dict of node id to
     state). ``catalog`` is used only when the plan runs locally.
     """
-    document = load_plan_document(plan, predecessors)
-    _check_node_names(document.plan, params, ops)
+    document = check_request(plan, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     request = RunRequest(document, input, params, ops)
@@ -152,6 +151,23 @@ def submit_plan(
         return _start(context, request, distribution)
 
 
+def check_request(
+    plan: Any,
+    predecessors: Mapping[str, list[str]] | None = None,
+    input: Any = None,
+    params: Any = None,
+    ops: Any = None,
+    catalog: Catalog | None = None,
+) -> PlanDocument:
+    """Everything ``submit_plan`` checks before it talks to Redis: the plan document,
+    ``params``/``ops`` (against ``catalog``, else the producer's default catalog) and
+    the input's nesting. Raises only the project's errors; never records anything."""
+    document = load_plan_document(plan, predecessors)
+    check_run_inputs(document.plan, params, ops, catalog or default_catalog, wire=True)
+    check_value_depth(input, "input")
+    return document
+
+
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
     return DistributionPlan(assignments=[], phases=[], data_transfers=[],
                             warnings=plan_warnings(plan))  # fmt: skip
@@ -173,7 +189,7 @@ def submit_study(
     """
     execution_plan = load_plan(plan)
     for trial in trials:
-        _check_node_names(execution_plan, trial, ops)
+        check_run_inputs(execution_plan, trial, ops, default_catalog, wire=True)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
     live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
@@ -273,22 +289,6 @@ def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
         data_transfers=[],
         warnings=study.warnings,
     )
-
-
-def _check_node_names(
-    plan: ExecutionPlan, params: Params | None, ops: Mapping[str, str] | None
-) -> None:
-    """Every node id must be safe as a storage key; params and ops must name real nodes."""
-    known = set(plan.node_ids())
-    for node_id in known:
-        key_part(f"node id of plan node {node_id!r}", node_id)
-    for what, mapping in (("params", params), ("ops", ops)):
-        unknown = sorted(set(mapping or {}) - known)
-        if unknown:
-            raise PlanInputError(
-                f"{what} names nodes the plan does not have: {', '.join(unknown)}; "
-                f"the plan's nodes are: {', '.join(sorted(known))}"
-            )
 
 
 def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = INPUT_NODE) -> Expr:

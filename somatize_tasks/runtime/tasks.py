@@ -24,7 +24,6 @@ from somatize_tasks import history
 from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
-from somatize_tasks.reservations import reservations_of
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
@@ -37,6 +36,7 @@ from somatize_tasks.runtime.dispatch import (
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
 from somatize_tasks.runtime.reaper import finish_recompute
+from somatize_tasks.runtime.starts import PendingStart
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
@@ -55,22 +55,32 @@ def _engine(
 
 
 def execute_block(
-    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str
-) -> None:
-    """Run one block here and advance its run; a failure fails the run and re-raises."""
+    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
+    *, started: PendingStart | None = None, ahead: tuple[int, int] | None = None,
+) -> PendingStart | None:  # fmt: skip
+    """Run one block here and advance its run; a failure fails the run and re-raises.
+
+    In a batch, ``ahead`` is the next block (block, pass): its start rides in this
+    block's record (:mod:`~somatize_tasks.runtime.starts`) and is returned, to be
+    passed to it as ``started``.
+    """
     found = _engine(context, run_id)
     if found is None:
-        return
+        return None
     engine, dispatcher = found
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
-    started = history.start_line(context.worker_id, nodes, epoch)
-    version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id, started)
+    if started is not None and started.sent:
+        version = started.version
+    else:
+        # Starting gives back a slot the run reserved here: the heartbeat counts it now.
+        version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id,
+                                     history.start_line(context.worker_id, nodes, epoch),
+                                     release_slot=True)  # fmt: skip
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
-        return
-    reservations_of(context).release_one(context.worker_id, run_id)  # the heartbeat counts it now
+        return None
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
@@ -86,10 +96,18 @@ def execute_block(
     result.history = history.done_lines(
         context.worker_id, nodes, epoch, result.node_times, result.ended_at
     )
+    following = None
+    if ahead is not None:
+        next_nodes = engine.program.blocks[ahead[0]].task_node_ids()
+        following = state.pending_start(
+            next_nodes, context.worker_id, ahead[0], ahead[1], task_id,
+            history.start_line(context.worker_id, next_nodes, ahead[1]), release_slot=True,
+        )  # fmt: skip
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.
         finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
+    return following if following is not None and following.sent else None
 
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
@@ -105,10 +123,18 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
     first_error: Exception | None = None
-    for bid, epoch, input_expr in blocks:
+    started: PendingStart | None = None
+    for position, (bid, epoch, input_expr) in enumerate(blocks):
+        ahead = None
+        if position + 1 < len(blocks):
+            ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            execute_block(context, run_id, int(bid), int(epoch), input_expr, self.request.id or "")
+            started = execute_block(
+                context, run_id, int(bid), int(epoch), input_expr, self.request.id or "",
+                started=started, ahead=ahead,
+            )  # fmt: skip
         except Exception as exc:
+            started = None
             first_error = first_error or exc
     if first_error is not None:
         raise first_error

@@ -5,18 +5,28 @@ shared store only when a transfer needs it elsewhere (:meth:`upload`, on the
 worker that has it) and another worker's cache only when that worker needs
 it (:meth:`download`). Values at most ``inline_max_bytes`` long ride inside
 their :class:`ArtifactRef` and never touch the shared store ("direct").
+With a shared directory (one machine), larger values go to the RAM tier
+while it has room (:mod:`somatize_tasks.store.ram`), where every worker
+reads them without a transfer, a link or a disk write.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import io
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from somatize_tasks.codecs import codec_for, codec_named
+from somatize_tasks.errors import DiskFullError
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.ram import ram_tier
 from somatize_tasks.store.ref import ArtifactRef, TransferType
 from somatize_tasks.store.shared import SharedStore, shared_store
 
@@ -25,12 +35,20 @@ def _write_all(fh: IO[bytes], data: bytes) -> None:
     fh.write(data)
 
 
-def _surely_larger(value: Any, limit: int) -> bool:
-    """Whether ``value`` cannot be inlined, known without encoding it."""
+def _known_size(value: Any) -> int | None:
+    """About how many bytes ``value`` encodes to, known without encoding it (an array,
+    bytes), so a large value is written straight to its file, never buffered."""
     size = getattr(value, "nbytes", None)
     if size is None and isinstance(value, bytes | bytearray):
         size = len(value)
-    return size is not None and int(size) > limit
+    return None if size is None else int(size)
+
+
+def _free_space(path: Path) -> str:
+    for candidate in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return f" (a disk of {shutil.disk_usage(candidate).total} bytes)"
+    return ""
 
 
 class ArtifactStore:
@@ -41,6 +59,7 @@ class ArtifactStore:
         self.settings = settings
         self.worker_id = worker_id
         self.cache = LocalDir(settings.cache_dir / key_part("worker id", worker_id))
+        self.ram = ram_tier(settings)
         self._shared = shared
 
     @property
@@ -55,13 +74,17 @@ class ArtifactStore:
 
     def put(self, run_id: str, node_id: str, iteration: int, value: Any) -> ArtifactRef:
         """Encode ``value``: small values ride inline in the ref (nothing is written to
-        disk), larger ones go to the local cache."""
+        disk), larger ones go to the RAM tier if it has room, else the local cache."""
         key = artifact_key(run_id, node_id, iteration)
+        with self._disk(run_id, node_id, key):
+            return self._put(run_id, node_id, iteration, key, value)
+
+    def _put(self, run_id: str, node_id: str, iteration: int, key: str, value: Any) -> ArtifactRef:
         codec = codec_for(value)
         inline = None
-        if _surely_larger(value, self.settings.inline_max_bytes):
-            size = self.cache.write(key, lambda fh: codec.write(value, fh))
-            self._share_on_write(key)
+        known = _known_size(value)
+        if known is not None and known > self.settings.inline_max_bytes:
+            size = self._write(key, known, lambda fh: codec.write(value, fh))
         else:
             buffer = io.BytesIO()
             codec.write(value, buffer)
@@ -70,8 +93,7 @@ class ArtifactStore:
             if size <= self.settings.inline_max_bytes:
                 inline = base64.b64encode(data).decode("ascii")
             else:
-                self.cache.write(key, lambda fh: _write_all(fh, data))
-                self._share_on_write(key)
+                self._write(key, size, lambda fh: _write_all(fh, data))
         return ArtifactRef(run_id=run_id, node_id=node_id, iteration=iteration,
                            codec=codec.name, size=size, inline=inline, worker_id=self.worker_id)
 
@@ -81,9 +103,20 @@ class ArtifactStore:
         so another worker reads it (by link) without a transfer task."""
         return self.settings.store_kind == "local"
 
-    def _share_on_write(self, key: str) -> None:
+    def _write(self, key: str, size: int, writer: Callable[[IO[bytes]], None]) -> int:
+        """Write a value of about ``size`` bytes to RAM, or else to the cache (and link it
+        into a shared directory); the bytes written."""
+        if self.ram is not None:
+            written = self.ram.write(key, size, writer)
+            if written is not None:
+                return written
+        written = self.cache.write(key, writer)
         if self.shares_on_write:
             self.shared.upload(self.cache.path_for(key), key)
+        return written
+
+    def _in_ram(self, ref: ArtifactRef) -> Path | None:
+        return None if self.ram is None else self.ram.path(ref.key, ref.size)
 
     def get(self, ref: ArtifactRef) -> Any:
         """The value: from the ref itself, else the local cache, else the shared store."""
@@ -91,21 +124,24 @@ class ArtifactStore:
         raw = ref.inline_bytes()
         if raw is not None:
             return codec.read(io.BytesIO(raw))
-        self.download(ref)
-        path = self.cache.checked_path(ref.key, ref.size, self._where())
+        path = self._in_ram(ref)
+        if path is None:
+            self.download(ref)
+            path = self.cache.checked_path(ref.key, ref.size, self._where())
         if codec.read_file is not None:
             return codec.read_file(path)
         with path.open("rb") as fh:
             return codec.read(fh)
 
     def has_local(self, ref: ArtifactRef) -> bool:
-        return ref.inline is not None or self.cache.has(ref.key, ref.size)
+        return (ref.inline is not None or self._in_ram(ref) is not None
+                or self.cache.has(ref.key, ref.size))
 
     def upload(self, ref: ArtifactRef) -> TransferType:
         """Make the value reachable by other workers; says how it will travel."""
         if ref.inline is not None:
             return "direct"
-        if self.shared.exists(ref.key, ref.size):
+        if self._in_ram(ref) is not None or self.shared.exists(ref.key, ref.size):
             return "cached"
         source = self.cache.checked_path(ref.key, ref.size, self._where())
         self.shared.upload(source, ref.key)
@@ -115,10 +151,31 @@ class ArtifactStore:
         """Fill the local cache from the shared store, unless it is inline or already here."""
         if self.has_local(ref):
             return
-        self.shared.download(ref.key, self.cache, ref.size)
+        with self._disk(ref.run_id, ref.node_id, ref.key):
+            self.shared.download(ref.key, self.cache, ref.size)
+
+    @contextlib.contextmanager
+    def _disk(self, run_id: str, node_id: str, key: str) -> Iterator[None]:
+        """A full disk while writing ``key`` is a :class:`DiskFullError` naming node,
+        run, worker, path and the disk's size (the partial file is already gone:
+        writes go to a temporary name, deleted on failure)."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            path = Path(exc.filename) if exc.filename else self.cache.path_for(key)
+            raise DiskFullError(
+                f"no space left on device: cannot write the value of node '{node_id}' "
+                f"(run '{run_id}') on worker '{self.worker_id}' to {path}"
+                f"{_free_space(path)}. Free space there or point SOMATIZE_CACHE_DIR "
+                "at a larger disk."
+            ) from None
 
     def delete_run(self, run_id: str) -> None:
         """Forget every artifact of a run, here and in the shared store."""
         prefix = key_part("run id", run_id) + "/"
         self.cache.delete_prefix(prefix)
+        if self.ram is not None:
+            self.ram.delete_prefix(prefix)
         self.shared.delete_prefix(prefix)

@@ -33,7 +33,17 @@ def key_part(field: str, value: object) -> str:
         raise ArtifactIdError(f"{field} {shown!r} contains a NUL or control character")
     if value in (".", ".."):
         raise ArtifactIdError(f"{field} {value!r} is not a valid id")
+    if not value.isascii() and not _encodes(value):
+        raise ArtifactIdError(f"{field} {shown!r} is not valid Unicode (a lone surrogate)")
     return quote(value, safe="-_.~")
+
+
+def _encodes(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def artifact_key(run_id: str, node_id: str, iteration: int) -> str:

@@ -62,7 +62,11 @@ class LocalDir:
             os.link(source, temp)
         except OSError:  # another file system, or no hard links there
             return self.copy_in(source, key)
-        os.replace(temp, final)
+        try:
+            os.replace(temp, final)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
         return final.stat().st_size
 
     def has(self, key: str, size: int) -> bool:

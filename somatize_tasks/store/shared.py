@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ from somatize_tasks.errors import (
 )
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.ram import RamTier, ram_tier
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -64,26 +66,31 @@ class DirectoryStore:
     """A shared directory: every worker on this machine sees the same files.
 
     Values move in and out by hard link where the caches are on the same file
-    system, so a value crosses workers on one machine without a copy.
+    system, so a value crosses workers on one machine without a copy. The
+    machine's RAM tier (``ram``) is part of it: a value there is shared too.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ram: RamTier | None = None) -> None:
         self.dir = LocalDir(root)
+        self.ram = ram
 
     def describe(self) -> str:
         return f"shared directory {self.dir.root}"
 
     def exists(self, key: str, size: int) -> bool:
-        return self.dir.has(key, size)
+        return self.dir.has(key, size) or (self.ram is not None and self.ram.dir.has(key, size))
 
     def upload(self, source: Path, key: str) -> None:
         self.dir.link_in(source, key)
 
     def download(self, key: str, dest: LocalDir, size: int) -> None:
-        dest.link_in(self.dir.checked_path(key, size, self.describe()), key)
+        held = self.ram.path(key, size) if self.ram is not None else None
+        dest.link_in(held or self.dir.checked_path(key, size, self.describe()), key)
 
     def delete_prefix(self, prefix: str) -> None:
         self.dir.delete_prefix(prefix)
+        if self.ram is not None:
+            self.ram.delete_prefix(prefix)
 
 
 class S3Store:
@@ -183,6 +190,27 @@ class S3Store:
         finally:
             temp.unlink(missing_ok=True)
 
+    def abort_stale_uploads(self, grace_s: float) -> int:
+        """Abort multipart uploads under this store's prefix started more than
+        ``grace_s`` seconds ago (left by a worker killed mid-upload); how many."""
+        cutoff = time.time() - grace_s
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        aborted = 0
+        with self._errors("aborting stale uploads under", prefix or "/"):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for upload in page.get("Uploads", []):
+                    if upload["Initiated"].timestamp() >= cutoff:
+                        continue
+                    with contextlib.suppress(ClientError):  # finished or aborted meanwhile
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                        aborted += 1
+        return aborted
+
     def delete_prefix(self, prefix: str) -> None:
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.object_key(prefix)
@@ -198,4 +226,4 @@ def shared_store(settings: Settings) -> SharedStore:
     """The shared store the settings name (``store_kind``)."""
     if settings.store_kind == "s3":
         return S3Store(settings)
-    return DirectoryStore(settings.store_dir)
+    return DirectoryStore(settings.store_dir, ram_tier(settings))

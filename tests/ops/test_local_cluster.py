@@ -18,6 +18,7 @@ from somatize_tasks.local_cluster import (
     find_redis_server,
     worker_specs,
 )
+from somatize_tasks.local_cluster.cluster import cluster_ram_dir, remove_ram_dir
 from somatize_tasks.local_cluster.processes import (
     Interrupted,
     ProcessRef,
@@ -107,3 +108,18 @@ def test_a_signal_that_lands_inside_a_finalizer_is_not_lost() -> None:
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def test_a_cluster_keeps_its_values_in_a_ram_dir_of_its_own_and_removes_it_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    ram = cluster_ram_dir(tmp_path)
+    assert ram.name.startswith("somatize-cluster-") and ram != cluster_ram_dir(tmp_path / "b")
+    (ram / "somatize" / "run").mkdir(parents=True)
+    (ram / "somatize" / "run" / "0").write_bytes(b"x")
+    LocalCluster(tmp_path, []).stop()  # its Redis (which knew the runs) is gone: so are they
+    assert not ram.exists()
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    remove_ram_dir({"SOMATIZE_RAM_DIR": str(keep)})  # never a directory it did not make
+    assert keep.exists()

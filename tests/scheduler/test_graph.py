@@ -100,4 +100,4 @@ def test_many_problems_are_listed_up_to_a_limit_with_a_count() -> None:
     preds = {f"n{i}": ["ghost"] for i in range(50)}
     with pytest.raises(PlanValidationError) as caught:
         load_plan_document(plan, preds)
-    assert "... and 30 more" in str(caught.value) and len(caught.value.problems) == 21
+    assert "… and 30 more" in str(caught.value) and len(caught.value.problems) == 50

@@ -78,3 +78,23 @@ def test_a_run_that_could_not_be_submitted_gives_its_slots_back(settings: Settin
         submit_plan(ex("rt_size"), input=list(range(50_000)), settings=own, require_workers=True)
     reservations = reservations_of(run_context(create_app(own), own, "test"))
     assert reservations.by_worker() == {}
+
+
+def test_a_block_that_starts_gives_back_one_slot_in_the_same_trip(settings: Settings) -> None:
+    prefix = f"{settings.key_prefix}:rs{uuid.uuid4().hex[:6]}"
+    own = settings.model_copy(update={"key_prefix": prefix})
+    context = run_context(create_app(own), own, "test")
+    reservations = reservations_of(context)
+    run_id = uuid.uuid4().hex[:12]
+    reservations._reserve(keys=reservations.fields, args=[60_000, f"w1|{run_id}", 2])
+    state = context.state(run_id)
+    state.client.hset(state.meta, mapping={"status": "running", "version": 0})
+    assert state.mark_running(["a"], "w1", 0, 0, "t1", release_slot=True) == 0
+    assert reservations.by_worker() == {"w1": 1}
+    state.client.hset(state.nodes, "b", '{"state": "pending", "task_id": "t9"}')
+    assert state.mark_running(["b"], "w1", 1, 0, "t1", release_slot=True) is None  # stale
+    assert reservations.by_worker() == {"w1": 1}  # a refused start keeps the slot
+    assert state.mark_running(["c"], "w1", 2, 0, "t3", release_slot=True) == 0
+    assert state.mark_running(["d"], "w1", 3, 0, "t4", release_slot=True) == 0  # none left
+    assert reservations.by_worker() == {}
+    state.client.delete(*state.all_keys(), *reservations.fields)

@@ -137,8 +137,10 @@ def test_directory_store_works_without_s3(settings: Settings, tmp_path: Path) ->
 def test_on_one_machine_a_value_crosses_workers_without_a_copy(
     settings: Settings, tmp_path: Path
 ) -> None:
+    """Without the RAM tier (or past its budget), by hard links on disk."""
     local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
-                                        "cache_dir": tmp_path / "cache"})  # fmt: skip
+                                        "cache_dir": tmp_path / "cache",
+                                        "ram_max_bytes": 0})  # fmt: skip
     source, target = ArtifactStore(local, "dir-a"), ArtifactStore(local, "dir-b")
     value = np.arange(200_000, dtype=np.float64)
     ref = source.put(run_id(), "big", 0, value)

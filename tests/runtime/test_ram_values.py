@@ -1,0 +1,109 @@
+"""A large value crossing real workers through the RAM tier, its fallback and its cleanup.
+
+Two worker processes on a shared directory with a RAM directory of their own
+(in /dev/shm where there is one) and a 1.5 MiB budget: a 1 MiB NumPy array
+made on one worker is read on the other from RAM (memory-mapped, no disk
+file anywhere); the next one is over the budget and takes the disk path;
+and collecting the runs (their state expired) removes both.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from somatize_tasks.gc import CacheSweeper, RunCollector
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.submit import submit_plan
+from somatize_tasks.settings import Settings
+from somatize_tasks.store import key_part, shared_store
+from tests.conftest import TEST_NODES, WorkerFactory
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def ram_cluster(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Settings, str, str]]:
+    root = tmp_path_factory.mktemp("ram")
+    shm = Path("/dev/shm")
+    ram_dir = shm / f"somatize-test-{uuid.uuid4().hex[:8]}" if shm.is_dir() else root / "ram"
+    local = settings.model_copy(update={
+        "key_prefix": f"{settings.key_prefix}-ram", "store_kind": "local",
+        "store_dir": root / "store", "cache_dir": root / "cache", "ram_dir": ram_dir,
+        "ram_max_bytes": 3 * MIB // 2, "worker_id": f"{settings.key_prefix}-ram-producer",
+    })  # fmt: skip
+    factory = WorkerFactory(local, root)
+    try:
+        nodes = f"{TEST_NODES},bench.peer_nodes"
+        a = factory.start("ra", tags="ra", nodes=nodes, wait=False)
+        b = factory.start("rb", tags="rb", nodes=nodes, wait=False)
+        factory.wait_live(a)
+        factory.wait_live(b)
+        yield local, a.worker_id, b.worker_id
+    finally:
+        factory.close()
+        shutil.rmtree(ram_dir, ignore_errors=True)
+
+
+def across(a: str, b: str) -> dict[str, Any]:
+    def on(worker: str, node_id: str) -> dict[str, Any]:
+        plan = {"Execute": {"node_id": node_id}}
+        return {"Remote": {"node_id": node_id, "target": {"WorkerId": worker}, "plan": plan}}
+
+    return {"Sequence": [on(a, "peer_make"), on(b, "peer_size")]}
+
+
+def files(root: Path, run_id: str) -> list[Path]:
+    where = root / key_part("run id", run_id)
+    return [p for p in where.rglob("*") if p.is_file()] if where.exists() else []
+
+
+def expire(settings: Settings, run_id: str) -> None:
+    """What the run's TTL does: its state leaves Redis."""
+    Redis.from_url(settings.redis_url).delete(RedisKeys(settings.key_prefix).run(run_id))
+
+
+def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its_run(
+    ram_cluster: tuple[Settings, str, str],
+) -> None:
+    local, a, b = ram_cluster
+    ram = local.ram_dir / key_part("key prefix", local.key_prefix)
+    params = {"peer_make": {"n_bytes": MIB}}
+    first = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
+    assert first.wait(timeout=60) == MIB  # read on b, memory-mapped from RAM
+    assert [p.name for p in files(ram, first.id)] == ["0"]
+    disk = [local.store_dir, local.cache_dir / a, local.cache_dir / b]
+    assert not any(files(root, first.id) for root in disk)  # nothing on disk
+
+    time.sleep(1.1)  # the workers recount the tier's size at most once a second
+    second = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
+    assert second.wait(timeout=60) == MIB
+    assert files(ram, second.id) == []  # 1 + 1 MiB is over the 1.5 MiB budget
+    assert len(files(local.store_dir, second.id)) == 1  # so it took the disk path
+
+    for run in (first, second):
+        expire(local, run.id)
+    client = Redis.from_url(local.redis_url)
+    keys = RedisKeys(local.key_prefix)
+    collected = RunCollector(client, keys, lambda: shared_store(local), 0).collect()
+    assert {first.id, second.id} <= set(collected)
+    assert files(ram, first.id) == [] and files(local.store_dir, second.id) == []
+
+    # A run whose collector ran on another machine: the workers' sweep clears RAM too.
+    time.sleep(1.1)  # (the workers see the room the collection made at their next recount)
+    third = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
+    assert third.wait(timeout=60) == MIB
+    assert len(files(ram, third.id)) == 1
+    expire(local, third.id)
+    sweeper = CacheSweeper(client, keys, local.cache_dir / "nobody", 0, 0, extra_roots=[ram])
+    assert sweeper.sweep() >= 1
+    assert files(ram, third.id) == []
