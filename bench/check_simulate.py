@@ -27,7 +27,8 @@ path's distribution and adds the waits of the path's Redis round trips in
 the measured Redis' queue with the fakes' command mix
 (:mod:`somatize_tasks.simulate_delay`), for the heartbeat rate the fakes
 really reached. The table shows the p99 of all samples and the median
-(and range) of the rounds' p99s.
+(and range) of the rounds' p99s: with about 250 samples a state a round,
+those move by 2-4x between rounds, so the first is the one to judge by.
 
 What it measured is written to ``somatize_tasks/simulate_costs.json`` (the
 CLI's default costs) unless ``--no-save``.
@@ -165,7 +166,7 @@ def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs:
     node_s = sum(chain.seconds for chain in chains) / CHAIN / len(chains)
     print_row(f"dispatch p99 ms, {len(loaded)}", [p99(loaded)],
               [simulate_p99(costs, paths, node_s, reached)])
-    print_row("... median of rounds", [p99(on) for _, _, on in rounds],
+    print_row("rounds' p99s: median", [p99(on) for _, _, on in rounds],
               [simulate_p99(costs, path, chain.seconds / CHAIN, reached)
                for chain, path, _ in rounds])  # fmt: skip
     print(f"{'':>24}(on the decoy: p99 {p99(paths):.2f} ms of {len(paths)}; "
@@ -246,11 +247,16 @@ def compare(client: Redis[bytes], settings: Settings, decoy: Settings, costs: Co
     run_chain(settings, client)  # warm up
     idle = idle_rates(client, min(5.0, args.seconds))
     costs = measure_celery_from(costs, idle)
+    memory = float(client.info("memory")["used_memory"])
     costs = path_costs(costs, [run_chain(settings, client) for _ in range(2)], *idle)
+    # What a finished run leaves in Redis per node until it expires (its working state
+    # is deleted when it ends).
+    node_bytes = (float(client.info("memory")["used_memory"]) - memory) / (2 * CHAIN)
+    costs = dataclasses.replace(costs, node_bytes=max(0.0, node_bytes))
     print(f"dispatch: {costs.node_us:.0f} us of Redis CPU and {costs.node_calls:.1f} calls "
           f"a node ({costs.path_calls:.0f} round trips on the path); Celery idle: "
           f"{costs.celery_idle_cpu * 100:.3f} % of a core and {costs.celery_idle_calls:.1f} "
-          "calls/s a worker")
+          f"calls/s a worker; a finished run keeps {costs.node_bytes:.0f} bytes a node")
     costs = dataclasses.replace(costs, measured_on=f"{costs.measured_on}; dispatch path from "
                                 f"{2 * (CHAIN - 1)} delays of {CHAIN}-node chains on 2 workers, "
                                 f"{load()}")
@@ -263,10 +269,12 @@ def compare(client: Redis[bytes], settings: Settings, decoy: Settings, costs: Co
 
 
 def measure_celery_from(costs: Costs, idle: tuple[float, float]) -> Costs:
-    """Celery's own polling per idle worker, from two idle real workers' Redis use."""
+    """Celery's own polling per idle worker, from two idle real workers' Redis use:
+    less Redis' own idle CPU and their heartbeats and ticks at the per-call cost (the
+    fitted power law is for hundreds of calls a second, not two)."""
     cpu, calls = idle
-    ours = predict(Cluster(workers=2, celery_workers=0), costs).cpu
     beats = 2 * 2 / 2.0  # two workers' heartbeats and ticks a second
+    ours = costs.idle_cpu + beats / 2 * (costs.heartbeat_us + costs.tick_us) / 1e6
     return dataclasses.replace(costs, celery_idle_cpu=max(0.0, cpu - ours) / 2,
                                celery_idle_calls=max(0.5, (calls - beats) / 2))
 
