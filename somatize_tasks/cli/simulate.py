@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from redis import Redis
+from redis.exceptions import RedisError
 
 from somatize_tasks.cli import main
 from somatize_tasks.simulate import COSTS_FILE, Cluster, Costs, predict
@@ -36,7 +37,10 @@ def simulate(workers: int, plan_size: int, runs: int, parallel: int | None, node
     """Predict Redis CPU, memory and p99 dispatch delay for a cluster."""
     costs = Costs.load(costs_path or (COSTS_FILE if COSTS_FILE.exists() else None))
     if redis_url:
-        costs = calibrate(Redis.from_url(redis_url), costs)
+        try:
+            costs = calibrate(Redis.from_url(redis_url), costs)
+        except (RedisError, ValueError) as exc:
+            raise click.ClickException(f"cannot calibrate on {redis_url}: {exc}") from None
     cluster = Cluster(workers=workers, plan_size=plan_size, runs=runs, parallel=parallel,
                       node_s=node_s, slots=slots, interval_s=interval,
                       celery_workers=0 if broker_elsewhere else None)
