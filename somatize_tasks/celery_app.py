@@ -20,6 +20,7 @@ from celery.app.amqp import AMQP
 from kombu import Connection
 
 from somatize_tasks.settings import Settings
+from somatize_tasks.signing import HEADER, sign, signing_key
 
 #: Worker bootsteps, by path so this module need not import them (they import it).
 WORKER_STEPS = (
@@ -54,7 +55,12 @@ class HonestConnection(Connection):
 
 
 class ShadowNamedAMQP(AMQP):
-    """Task messages whose ``task-sent`` event carries the shadow name too.
+    """Task messages that are signed, and whose ``task-sent`` event carries the shadow name.
+
+    Every task message this app publishes (``send_task``, ``apply_async``,
+    a chain's next step, an errback, a retry) is built here, so this is the
+    one place that signs them (:mod:`somatize_tasks.signing`) when the app's
+    settings have a message key.
 
     Celery names a message by its ``shadow`` in the worker's events but by
     the task in the producer's ``task-sent``; a sent event that reaches
@@ -66,6 +72,9 @@ class ShadowNamedAMQP(AMQP):
 
     def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
         message = super().as_task_v2(task_id, name, *args, **kwargs)
+        key = signing_key(settings_of(self.app))
+        if key is not None:
+            message.headers[HEADER] = sign(key, name, task_id, message.body)
         shadow = message.headers.get("shadow")
         if shadow and message.sent_event is not None:
             message.sent_event["name"] = shadow
@@ -76,6 +85,7 @@ class SomatizeCelery(Celery):
     """A Celery app that carries its :class:`Settings` (built lazily if not given)."""
 
     amqp_cls = f"{__name__}:ShadowNamedAMQP"
+    control_cls = "somatize_tasks.signed_control:SignedControl"
 
     def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
         super().__init__("somatize_tasks", **kwargs)
@@ -126,6 +136,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # Malformed and unsigned messages are dropped with one log line, never fatal.
+        "worker_consumer": "somatize_tasks.message_guard:GuardedConsumer",
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,

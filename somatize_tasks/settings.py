@@ -20,6 +20,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 StoreKind = Literal["local", "s3"]
 CommaList = Annotated[list[str], NoDecode]
+CommaSecrets = Annotated[list[SecretStr], NoDecode]
+#: A message key shorter than this is refused: it could be guessed.
+MESSAGE_KEY_MIN_CHARS = 16
 
 _ID_UNSAFE = re.compile(r"[^a-z0-9_-]+")
 
@@ -65,7 +68,8 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="SOMATIZE_", extra="forbid", validate_default=True
+        env_prefix="SOMATIZE_", extra="forbid", validate_default=True,
+        hide_input_in_errors=True,  # an error must never print a secret it was given
     )
 
     # Redis and Celery
@@ -76,6 +80,11 @@ class Settings(BaseSettings):
     redis_ssl_ca_certs: Path | None = None
     key_prefix: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")] = "somatize"
     visibility_timeout_s: Annotated[float, Field(gt=0)] = 3600.0
+    redis_retry_s: Annotated[float, Field(ge=0)] = 60.0
+
+    # Signed messages (see somatize_tasks.signing)
+    message_key: SecretStr | None = None
+    message_keys_previous: CommaSecrets = Field(default_factory=list)
 
     # Runs
     run_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600
@@ -130,10 +139,26 @@ class Settings(BaseSettings):
         """Settings from ``SOMATIZE_*`` variables, with ``overrides`` taking precedence."""
         return cls(**overrides)
 
-    @field_validator("worker_tags", "nodes", mode="before")
+    @field_validator("worker_tags", "nodes", "message_keys_previous", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         return _split_commas(value)
+
+    @field_validator("message_key", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("message_key", "message_keys_previous")
+    @classmethod
+    def _long_enough(cls, value: Any) -> Any:
+        keys = value if isinstance(value, list) else [value]
+        if any(k is not None and len(k.get_secret_value()) < MESSAGE_KEY_MIN_CHARS for k in keys):
+            raise ValueError(
+                f"a message key needs at least {MESSAGE_KEY_MIN_CHARS} characters; "
+                "generate one with: python -c 'import secrets; print(secrets.token_hex(32))'"
+            )
+        return value
 
     @model_validator(mode="after")
     def _default_ttl(self) -> Settings:
@@ -209,7 +234,9 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr):
                 value = value.get_secret_value()
             elif isinstance(value, list):
-                value = ",".join(value)
+                value = ",".join(
+                    v.get_secret_value() if isinstance(v, SecretStr) else v for v in value
+                )
             elif isinstance(value, bool):
                 value = "true" if value else "false"
             env[f"SOMATIZE_{name.upper()}"] = str(value)
@@ -221,6 +248,8 @@ class Settings(BaseSettings):
         for field in ("redis_url", "broker_url", "result_backend", "s3_endpoint_url"):
             if data.get(field):
                 data[field] = redacted_url(data[field])
-        if self.s3_secret_access_key is not None:
-            data["s3_secret_access_key"] = "***"
+        for secret in ("s3_secret_access_key", "message_key"):
+            if getattr(self, secret) is not None:
+                data[secret] = "***"
+        data["message_keys_previous"] = ["***" for _ in self.message_keys_previous]
         return data

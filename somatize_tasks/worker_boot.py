@@ -10,6 +10,8 @@ both end here, so the environment alone is enough for the second:
 - it imports its catalog modules (``Settings.nodes``) in the main process,
   before the pool forks, and records its id in the catalog for errors;
 - the heartbeat bootstep registers it while its pool runs;
+- it says once whether it checks message signatures (``SOMATIZE_MESSAGE_KEY``):
+  without a key, anyone who can write to Redis can make it run anything;
 - its start-up banner shows the broker without a password mask when there is
   no password (kombu prints ``redis://:**@`` either way) and lists the
   catalog it loaded, so a wrong ``--nodes`` shows before the first task.
@@ -25,14 +27,14 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from celery.signals import celeryd_init
+from celery.signals import celeryd_after_setup, celeryd_init
 
 from somatize_tasks.catalog import default_catalog, load_catalog_modules
 from somatize_tasks.celery_app import SomatizeCelery
 from somatize_tasks.gc import sweep_temp_files
 from somatize_tasks.keys import queue_name
 from somatize_tasks.kombu_compat import guard_restore_on_close
-from somatize_tasks.settings import redacted_url
+from somatize_tasks.settings import Settings, redacted_url
 from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,27 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     instance.startup_info = lambda artlines=True: banner(
         original(artlines=artlines), redacted_url(settings.broker), names
     )
+
+
+@celeryd_after_setup.connect(weak=False)
+def _after_setup(sender: str, instance: Any, **_: Any) -> None:
+    """Runs once logging is set up (lines logged at ``celeryd_init`` are lost)."""
+    if isinstance(instance.app, SomatizeCelery):
+        log_signing(instance.app.somatize_settings)
+
+
+def log_signing(settings: Settings) -> None:
+    """One line at start: are task messages signed, and with how many keys?"""
+    if settings.message_key is None:
+        log.warning(
+            "task messages are unsigned: anyone who can write to the broker can run nodes "
+            "here with inputs of their choosing; set SOMATIZE_MESSAGE_KEY on workers and "
+            "producers to sign them"
+        )
+        return
+    old = len(settings.message_keys_previous)
+    log.info("task messages are signed; unsigned or badly signed ones are refused "
+             "(%d previous key%s accepted)", old, "" if old == 1 else "s")  # fmt: skip
 
 
 def banner(text: str, broker: str, catalog: list[str]) -> str:

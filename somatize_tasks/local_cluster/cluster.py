@@ -11,7 +11,10 @@ Workers are real ``somatize-tasks worker`` processes (``python -m
 somatize_tasks worker ...``), configured only through ``SOMATIZE_*``
 variables and their command line, exactly as on a lab machine. The user's
 own ``SOMATIZE_*`` variables are not passed on: a local cluster must not
-pick up, say, a production S3 bucket.
+pick up, say, a production S3 bucket. Each cluster makes up its own random
+message key (``SOMATIZE_MESSAGE_KEY``), so its workers refuse any message its
+producers did not sign; :meth:`LocalCluster.env` (and ``cluster env``) hands
+it to producers, and the state file that keeps it is readable by its owner only.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import functools
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -178,6 +182,7 @@ class LocalCluster:
         self.processes: list[StartedProcess] = []
         self.redis_binary: RedisBinary | None = None
         self.port: int | None = None
+        self.message_key = secrets.token_hex(32)
 
     # --- what a producer needs ---------------------------------------------------------
 
@@ -196,6 +201,7 @@ class LocalCluster:
             "SOMATIZE_CACHE_DIR": str(self.root / "cache"),
             "SOMATIZE_HEARTBEAT_INTERVAL_S": str(self.heartbeat_interval_s),
             "SOMATIZE_RAM_DIR": str(cluster_ram_dir(self.root)),
+            "SOMATIZE_MESSAGE_KEY": self.message_key,
         }
         if self.inline_max_bytes is not None:
             env["SOMATIZE_INLINE_MAX_BYTES"] = str(self.inline_max_bytes)
@@ -348,6 +354,8 @@ def save_state(cluster: LocalCluster) -> Path:
     }  # fmt: skip
     path = cluster.root / STATE_FILE
     tmp = path.with_suffix(".tmp")
+    tmp.touch(mode=0o600)  # it holds the message key
+    tmp.chmod(0o600)
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(path)
     return path

@@ -10,13 +10,18 @@
 ``somatize.run.input_ready``
     ends a transfer chain on the target worker; the last one for a block
     publishes the block.
+
+All three ride out a Redis restart (:mod:`somatize_tasks.runtime.outage`):
+they wait for Redis to answer again and redo their work, rather than end
+with a ``ConnectionError`` that would leave their node ``running``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Task, shared_task
 
@@ -35,11 +40,13 @@ from somatize_tasks.runtime.dispatch import (
 )
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
+from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.reaper import finish_recompute
 from somatize_tasks.runtime.starts import PendingStart
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _engine(
@@ -114,7 +121,32 @@ def execute_block(
 def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
-    execute_block(context, run_id, block, epoch, input, self.request.id or "")
+    task_id = self.request.id or ""
+    _retrying(context, f"run {run_id} block {block}",
+              lambda: execute_block(context, run_id, block, epoch, input, task_id))  # fmt: skip
+
+
+def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
+    return through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
+
+
+def _run_batched(
+    context: RunContext, run_id: str, task_id: str, block: list[Any],
+    started: PendingStart | None, ahead: tuple[int, int] | None,
+) -> PendingStart | None:  # fmt: skip
+    """One block of a batch, done again after a Redis outage. Only the first
+    attempt uses the start that rode in the previous block's record: a redo
+    marks the block running itself."""
+    bid, epoch, input_expr = int(block[0]), int(block[1]), block[2]
+    handed = [started]
+
+    def attempt() -> PendingStart | None:
+        return execute_block(
+            context, run_id, bid, epoch, input_expr, task_id,
+            started=handed.pop() if handed else None, ahead=ahead,
+        )  # fmt: skip
+
+    return _retrying(context, f"run {run_id} block {bid}", attempt)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -123,16 +155,14 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
     first_error: Exception | None = None
+    task_id = self.request.id or ""
     started: PendingStart | None = None
-    for position, (bid, epoch, input_expr) in enumerate(blocks):
+    for position, block in enumerate(blocks):
         ahead = None
         if position + 1 < len(blocks):
             ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            started = execute_block(
-                context, run_id, int(bid), int(epoch), input_expr, self.request.id or "",
-                started=started, ahead=ahead,
-            )  # fmt: skip
+            started = _run_batched(context, run_id, task_id, block, started, ahead)
         except Exception as exc:
             started = None
             first_error = first_error or exc
@@ -146,6 +176,14 @@ def input_ready(
 ) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
+    _retrying(context, f"run {run_id} input of block {block}",
+              lambda: arrive(context, run_id, block, epoch, ref, task_id))  # fmt: skip
+
+
+def arrive(
+    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+) -> None:
+    """Count one arrived input of ``block``; publish the block if it was the last."""
     found = _engine(context, run_id)
     if found is None:
         return

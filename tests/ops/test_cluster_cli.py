@@ -66,6 +66,14 @@ def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
         output = json.loads(submit.stdout)
         assert output["budget"] == 3 and output["accuracy"] == pytest.approx(0.955)
         assert "local-gpu-1" in submit.stderr  # the distribution shows the gpu worker
+        # The cluster signs its messages with a key of its own, kept from other users.
+        assert len(exports["SOMATIZE_MESSAGE_KEY"]) == 64
+        assert (run_dir / "cluster.json").stat().st_mode & 0o077 == 0
+        logs = sorted((run_dir / "logs").glob("local-*.log"))
+        assert len(logs) == 2
+        for log in logs:
+            assert "task messages are signed" in log.read_text(), log.name
+            assert exports["SOMATIZE_MESSAGE_KEY"] not in log.read_text()
     finally:
         down = _run(["cluster", "down"], env)  # the remembered run dir, again
     assert down.returncode == 0, down.stderr

@@ -1,0 +1,116 @@
+"""Redis restarts (with its append-only file) while workers are busy: nothing is lost.
+
+The workers use a redis-server of their own on a free port, never the shared
+one. Nodes sleep through the outage and finish while Redis is still down, so
+recording their results fails with ``ConnectionError`` (the task must wait
+and do it again, not be acknowledged with its node left ``running``), and
+their messages are acknowledged on a channel that closed meanwhile (kombu's
+ack path must not take the worker down).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from somatize_tasks.registry import Registry
+from somatize_tasks.runtime.submit import submit_plan
+from somatize_tasks.settings import Settings
+from tests.conftest import WorkerFactory, free_port, wait_for
+from tests.runtime import run_nodes  # noqa: F401
+from tests.runtime.plans import ex, par, remote
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
+]
+
+
+class OwnRedis:
+    """A redis-server with an append-only file, which a test may stop and start again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.port = root, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--dir", str(self.root)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert wait_for(self.answers, 10), "redis-server did not start"
+
+    def answers(self) -> bool:
+        try:
+            return bool(Redis.from_url(self.url, socket_connect_timeout=0.2).ping())
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM: Redis flushes its append-only file and exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_stays(
+    own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    settings = Settings(
+        redis_url=own_redis.url, key_prefix="aof", heartbeat_interval_s=0.5,
+        store_kind="local", store_dir=tmp_path / "store", cache_dir=tmp_path / "cache",
+        worker_id="aof-producer", redis_retry_s=30.0,
+    )  # fmt: skip
+    factory = WorkerFactory(settings, tmp_path)
+    try:
+        workers = [factory.start(name, tags=f"cpu,w{name}", wait=False) for name in ("a", "b")]
+        for worker in workers:
+            factory.wait_live(worker)
+        runs = {
+            value: submit_plan(remote(tag, ex("rt_sleep")), input=value,
+                               params={"rt_sleep": {"s": 1.5}}, settings=settings,
+                               require_workers=True)
+            for value, tag in ((1, "wa"), (2, "wb"))
+        }  # fmt: skip
+        time.sleep(0.6)  # every node is sleeping now
+        own_redis.stop()
+        time.sleep(2.5)  # the nodes end while Redis is down
+        own_redis.start()
+        for value, run in runs.items():
+            assert run.wait(timeout=45) == value
+        registry = Registry.from_settings(settings)
+        live = lambda: {w.info.id for w in registry.live()} == {w.worker_id for w in workers}  # noqa: E731
+        assert wait_for(live, 20), [w.log()[-2000:] for w in workers]
+        # Each worker runs a node after (its consumer reconnected, its old acks handled).
+        after = submit_plan(par(remote("wa", ex("rt_add")), remote("wb", ex("rt_double"))),
+                            input=2, settings=settings, require_workers=True)  # fmt: skip
+        assert after.wait(timeout=30) == {"rt_add": 3, "rt_double": 4}
+        time.sleep(1.0)
+        logs = "\n".join(worker.log() for worker in workers)
+        assert all(worker.proc.poll() is None for worker in workers), logs[-4000:]
+        assert "Unrecoverable error" not in logs
+        assert "lost Redis" in logs and "Redis is back; doing it again" in logs
+    finally:
+        factory.close()
