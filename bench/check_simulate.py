@@ -16,7 +16,9 @@ the *decoy*):
    every ~0.25 s between the measured Redis and the decoy
    (``bench/interleave.py``). On the decoy they cost this machine's cores
    just as much, so the two states differ only in what the measured Redis
-   serves, which is what the model is about.
+   serves, which is what the model is about. Right before, with the fakes on
+   the decoy, the heartbeat and tick costs are measured again (paced calls:
+   what a small call costs Redis moves with the machine's load).
 
 **The dispatch delay** of a node is its start on a worker minus its
 predecessor's end (the moment it became ready): one publish, one broker
@@ -33,7 +35,7 @@ those move by 2-4x between rounds, so the first is the one to judge by.
 What it measured is written to ``somatize_tasks/simulate_costs.json`` (the
 CLI's default costs) unless ``--no-save``.
 
-    python -m bench.check_simulate [--seconds 10] [--rounds 6] [--no-save]
+    python -m bench.check_simulate [--seconds 10] [--rounds 12] [--no-save]
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from somatize_tasks import submit_plan
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.settings import Settings
 from somatize_tasks.simulate import COSTS_FILE, Cluster, Costs, predict
-from somatize_tasks.simulate_calibrate import calibrate
+from somatize_tasks.simulate_calibrate import calibrate, light_calls
 from somatize_tasks.simulate_delay import path_quantiles
 from tests.conftest import WorkerFactory, start_redis_server
 
@@ -143,6 +145,7 @@ def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs:
     with fake_workers(settings, count, 900, decoy=decoy) as fakes:
         time.sleep(3)
         memory = registry_bytes(client, "sim")
+        costs = recalibrate(client, fakes, costs)
         cpu = [paired_cpu(client, fakes, args.seconds / 2) for _ in range(2)]
         with switching(fakes) as switches:
             chains = [run_chain(settings, client) for _ in range(args.rounds)]
@@ -171,6 +174,18 @@ def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs:
                for chain, path, _ in rounds])  # fmt: skip
     print(f"{'':>24}(on the decoy: p99 {p99(paths):.2f} ms of {len(paths)}; "
           f"{len(rounds)} rounds of {CHAIN - 1})")
+
+
+def recalibrate(client: Redis[bytes], fakes: FakeWorkers, costs: Costs) -> Costs:
+    """The heartbeat and tick costs measured again now, with the fakes on the decoy
+    (what the calls cost moves with the machine's load, minute by minute)."""
+    fakes.pause()
+    time.sleep(0.2)
+    quiet = idle_rates(client, 2.0)[0]
+    k, alpha = light_calls(client, quiet)
+    fakes.resume()
+    time.sleep(3.0)  # longer than a heartbeat TTL off: every fake back in the registry
+    return dataclasses.replace(costs, light_k=k, light_alpha=alpha)
 
 
 def paired_cpu(client: Redis[bytes], fakes: FakeWorkers, seconds: float
@@ -209,7 +224,7 @@ def print_row(what: str, measured: list[float], simulated: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--no-save", action="store_true",
                         help=f"Do not write {COSTS_FILE.name}.")
     args = parser.parse_args()

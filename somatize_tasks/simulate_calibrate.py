@@ -115,6 +115,27 @@ def fit_power(points: list[tuple[float, float]], idle: float) -> tuple[float, fl
     return math.exp(mean_y - alpha * mean_x), alpha
 
 
+def light_calls(client: Redis[bytes], idle: float, prefix: str = "calibrate-light",
+                seconds: float = 4.0) -> tuple[float, float]:
+    """``(light_k, light_alpha)`` of heartbeats and ticks on ``client`` now: a registry
+    of 1,000 under ``prefix`` (removed after), whose lease someone else holds, paced at
+    :data:`PACED_RATES` from separate processes; ``idle`` is Redis' CPU without them.
+
+    Redis' CPU per small call moves with what the machine does (a wakeup on an idle
+    core costs more), so a check measures this right before the figures it explains."""
+    keys = RedisKeys(prefix)
+    client.set(keys.reaper_lease, "someone-else", px=600_000)
+    registry = Registry(client, keys, 600.0)
+    for index in range(1000):
+        registry.heartbeat(_info(index))
+    points = [_paced_cpu(client, prefix, rate, seconds) for rate in PACED_RATES]
+    log.info("light calls: %s", ", ".join(f"{2 * r:.0f}/s: {(c - idle) * 100:.2f} %"
+                                          for c, r in points))  # fmt: skip
+    for name in list(client.scan_iter(match=f"{prefix}:*")):
+        client.delete(name)
+    return fit_power(points, idle)
+
+
 def calibrate(client: Redis[bytes], base: Costs | None = None, calls: int = 8_000) -> Costs:
     """Measure the registry, reaper and repair costs on ``client`` (a scratch server:
     its keys are flushed). Dispatch and memory-per-node costs are kept from ``base``."""
@@ -144,9 +165,7 @@ def calibrate(client: Redis[bytes], base: Costs | None = None, calls: int = 8_00
         tick(keys=tick_keys, args=["me", 6000, 6000, ""])
 
     beat_us, tock_us = (_cost_us(client, calls, action, threads=4) for action in (beat, tock))
-    points = [_paced_cpu(client, "calibrate", rate, 4.0) for rate in PACED_RATES]
-    log.info("light calls: %s", ", ".join(f"{2 * r:.0f}/s: {c * 100:.2f} %" for c, r in points))
-    k, alpha = fit_power(points, idle)
+    k, alpha = light_calls(client, idle)
     small = Registry(client, RedisKeys("calibrate-small"), 600.0)
     for info in infos[:1000]:
         small.heartbeat(info)
