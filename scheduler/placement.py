@@ -9,14 +9,13 @@ one pseudo-worker.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.distribution import DistributionPlan, Phase
 from scheduler.errors import PlacementError
 from scheduler.feasibility import Feasibility
+from scheduler.gc_pause import gc_paused
 from scheduler.graph import graph_edges
 from scheduler.lanes import Lane
 from scheduler.notices import plan_warnings
@@ -57,7 +56,7 @@ def schedule(
     first = walk.ledger.ranked(feasibility.usable, wants_gpu=False)[0]
     lane = Lane(first.id, f"least loaded worker ({first.available_slots} free slots)")
     try:
-        with _gc_paused():
+        with gc_paused():
             walk.graph = predecessors
             walk.place(root, (), lane)
             walk.link_graph()
@@ -93,7 +92,7 @@ def schedule_study(
         return early
     walk = Walk(feasibility, frozenset(differentiable_nodes), keep_on_lane=True)
     usable = feasibility.usable
-    with _gc_paused():
+    with gc_paused():
         for index in range(trials):
             worker = usable[index % len(usable)]
             walk.phases.start_trial(Phase.trial(index, trials), worker.id)
@@ -153,20 +152,6 @@ class _Anywhere(Feasibility):
 
     def satisfies(self, worker_id: str, target: RemoteTarget | None) -> bool:
         return True
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: the walk builds many small objects
-    and no cycles, and collections triggered by the allocations cost more
-    than the walk itself on large plans."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _root_of(plan: Any) -> PlanNode:

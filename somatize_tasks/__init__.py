@@ -7,15 +7,17 @@ settings are read from ``SOMATIZE_*`` the first time it is configured.
 from somatize_tasks import worker_boot  # noqa: F401  (connects the worker start-up hook)
 from somatize_tasks.catalog import Catalog, call_node, default_catalog, load_catalog_modules, node
 from somatize_tasks.celery_app import create_app, settings_of
-from somatize_tasks.errors import RunError
+from somatize_tasks.errors import MessageKeyError, OutputUnavailableError, RunError
 from somatize_tasks.keys import RedisKeys, queue_name
 from somatize_tasks.registry import Registry, live_workers
 from somatize_tasks.runtime.control import Handoff
 from somatize_tasks.runtime.handle import (
+    KilledWorkerError,
     NodeFailedError,
     PlanRun,
     Progress,
     RunCancelledError,
+    RunDeadlineError,
     RunStateLostError,
     RunStatus,
     RunTimeoutError,
@@ -29,13 +31,17 @@ app = create_app()
 __all__ = [
     "Catalog",
     "Handoff",
+    "KilledWorkerError",
+    "MessageKeyError",
     "NoWorkersError",
     "NodeFailedError",
+    "OutputUnavailableError",
     "PlanRun",
     "Progress",
     "RedisKeys",
     "Registry",
     "RunCancelledError",
+    "RunDeadlineError",
     "RunError",
     "RunStateLostError",
     "RunStatus",

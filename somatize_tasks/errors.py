@@ -17,7 +17,9 @@
         └── StoreError              the shared store failed (names endpoint and bucket)
             └── StoreUnavailableError   the store cannot be reached: retry later
     RunError                        a run did not produce its output (Redis unreachable,
-                                    a node failed, cancelled, state lost: see runtime.handle)
+    │                               a node failed, cancelled, state lost: see runtime.handle)
+    └── OutputUnavailableError      a node's output cannot be read: its worker is gone, or
+                                    it did not hand it over within the caller's timeout
 
 Every error takes its message as its only positional argument, so Celery's
 JSON result backend can rebuild it on the producer's side; the structured
@@ -37,6 +39,10 @@ class SomatizeError(Exception):
 
 class ConfigError(SomatizeError, ValueError):
     """A setting is missing or malformed; the message names the setting."""
+
+
+class MessageKeyError(ConfigError):
+    """The workers a run was placed on would refuse this producer's messages."""
 
 
 class CatalogError(SomatizeError):
@@ -134,6 +140,28 @@ class StoreUnavailableError(StoreError):
 
 class RunError(SomatizeError):
     """A run did not produce its output; subclasses in :mod:`somatize_tasks.runtime.handle`."""
+
+
+class OutputUnavailableError(RunError, TimeoutError):
+    """A node's output cannot be read here: only its worker's cache held it and that
+    worker is gone, or the worker did not hand it over within the caller's timeout.
+
+    A ``TimeoutError`` too, so callers that caught Celery's bare one still work.
+    """
+
+    def __init__(self, message: str, *, node_id: str = "", worker_id: str = "") -> None:
+        super().__init__(message)
+        self.node_id = node_id
+        self.worker_id = worker_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_output_unavailable, (str(self), self.node_id, self.worker_id))
+
+
+def _rebuild_output_unavailable(
+    message: str, node_id: str, worker_id: str
+) -> OutputUnavailableError:
+    return OutputUnavailableError(message, node_id=node_id, worker_id=worker_id)
 
 
 class MissingStateError(SomatizeError, LookupError):

@@ -7,7 +7,8 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
 :class:`RunCollector` (the elected reaper, and ``somatize-tasks gc``)
     Walks the runs index (``<p>:runs``, scored by creation time) from its
     oldest entry. A run created less than ``run_ttl_s`` ago cannot have
-    expired (its meta gets that TTL when created and again when it ends),
+    expired (its meta gets that TTL when created, from every reaper sweep
+    while it runs, and again when it ends),
     so only older entries are looked at. For each one whose meta is gone it
     deletes the run's objects in the shared store (S3 or the directory),
     any run key left without a TTL (a run that never finished), and its

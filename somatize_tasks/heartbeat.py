@@ -7,6 +7,11 @@ is killed), so ``active_jobs`` is counted there, exactly, and never goes
 negative. A thread polls that set every ``poll_s`` and writes a heartbeat
 when the count changes or an interval has passed; a clean shutdown removes
 the worker from the registry at once.
+
+Each heartbeat also reports the ids of the node tasks this worker holds
+(reserved, waiting for their ETA, or running: ``celery.worker.state.requests``),
+so the reaper can tell a node ``running`` or ``pending`` on a live worker
+that no longer has its message (see :mod:`somatize_tasks.runtime.orphans`).
 """
 
 from __future__ import annotations
@@ -26,31 +31,48 @@ from somatize_tasks.celery_app import settings_of
 from somatize_tasks.keys import NODE_TASK_PREFIX, queue_name
 from somatize_tasks.machine import cpu_cores, detect_gpu
 from somatize_tasks.registry import Registry
+from somatize_tasks.signing import accepted_key_ids
 
 log = logging.getLogger(__name__)
 
 
-def count_node_jobs(requests: Iterable[Any] | None = None) -> int:
-    """How many node tasks are executing: requests of a ``somatize.node.*`` task.
+#: At most this many task ids in one report; a worker holding more reports none
+#: (the reaper then does not judge its nodes orphaned).
+MAX_REPORTED_TASKS = 1000
 
-    The task's own name (``type``), not ``name``: a message's shadow name
-    (``node:train_svm``, what Flower shows) replaces ``name``.
-    """
-    source = worker_state.active_requests if requests is None else requests
+
+def _node_requests(source: Iterable[Any]) -> list[Any]:
+    """The requests of ``somatize.node.*`` tasks in ``source``, by the task's own
+    name (``type``), not ``name``: a message's shadow name (``node:train_svm``,
+    what Flower shows) replaces ``name``."""
     for _ in range(10):
         try:
             snapshot = list(source)
         except RuntimeError:  # the set changed under us in the main thread; look again
             continue
-        return sum(
-            1 for request in snapshot
+        return [
+            request for request in snapshot
             if str(getattr(request, "type", request.name)).startswith(NODE_TASK_PREFIX)
-        )
-    return 0
+        ]  # fmt: skip
+    return []
+
+
+def count_node_jobs(requests: Iterable[Any] | None = None) -> int:
+    """How many node tasks are executing (``active_requests``)."""
+    return len(_node_requests(worker_state.active_requests if requests is None else requests))
+
+
+def held_node_tasks(requests: Iterable[Any] | None = None) -> tuple[str, ...] | None:
+    """The ids of every node task this worker holds (reserved, scheduled or running),
+    sorted; None when there are more than :data:`MAX_REPORTED_TASKS`."""
+    source = worker_state.requests.values() if requests is None else requests
+    ids = sorted({str(request.id) for request in _node_requests(source)})
+    return None if len(ids) > MAX_REPORTED_TASKS else tuple(ids)
 
 
 class Heart:
-    """Writes ``describe(active_jobs)`` into the registry on change and every interval."""
+    """Writes ``describe(active_jobs)`` and the held task ids into the registry on
+    change and every interval."""
 
     def __init__(
         self,
@@ -59,21 +81,23 @@ class Heart:
         interval_s: float,
         count_active: Callable[[], int] = count_node_jobs,
         poll_s: float = 0.05,
+        held_tasks: Callable[[], tuple[str, ...] | None] = held_node_tasks,
     ) -> None:
         self.registry = registry
         self.describe = describe
         self.interval_s = interval_s
         self.count_active = count_active
+        self.held_tasks = held_tasks
         self.poll_s = min(poll_s, interval_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_active: int | None = None
+        self._last: tuple[int, tuple[str, ...] | None] | None = None
         self._due = 0.0
         self._failing = False
 
     def start(self) -> None:
         """Write the first heartbeat now, then keep beating on a daemon thread."""
-        self._beat(self.count_active())
+        self._beat(self._look())
         self._thread = threading.Thread(target=self._run, name="somatize-heartbeat", daemon=True)
         self._thread.start()
 
@@ -92,15 +116,19 @@ class Heart:
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                active = self.count_active()
-                if active != self._last_active or time.monotonic() >= self._due:
-                    self._beat(active)
+                seen = self._look()
+                if seen != self._last or time.monotonic() >= self._due:
+                    self._beat(seen)
             except Exception:  # the thread must outlive any one bad beat
                 log.exception("heartbeat failed unexpectedly; retrying")
 
-    def _beat(self, active: int) -> None:
+    def _look(self) -> tuple[int, tuple[str, ...] | None]:
+        return self.count_active(), self.held_tasks()
+
+    def _beat(self, seen: tuple[int, tuple[str, ...] | None]) -> None:
+        active, tasks = seen
         try:
-            self.registry.heartbeat(self.describe(active))
+            self.registry.heartbeat(self.describe(active), tasks=tasks)
         except RedisError as exc:
             # Keep trying every poll: the worker reappears as soon as Redis answers.
             if not self._failing:
@@ -111,7 +139,7 @@ class Heart:
         if self._failing:
             log.info("heartbeat restored")
         self._failing = False
-        self._last_active = active
+        self._last = seen
         self._due = time.monotonic() + self.interval_s
 
 
@@ -143,6 +171,10 @@ class HeartbeatStep(bootsteps.StartStopStep):
         registry = Registry.from_settings(settings)
         self.heart = Heart(registry, describe, settings.heartbeat_interval_s)
         self.heart.start()
+        try:  # producers check it before submitting (see signing.refusing_workers)
+            registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
+        except RedisError as exc:
+            log.warning("could not announce this worker's message keys: %s", exc)
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))
 
     def stop(self, parent: Any) -> None:

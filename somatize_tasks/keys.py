@@ -15,16 +15,22 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         JSON>"`` (see :mod:`somatize_tasks.registry`)
     ``<p>:workers:tags``        SET     every tag a worker advertised
     ``<p>:workers:tag:<tag>``   HASH    the same records, for workers with <tag>
+    ``<p>:workers:tasks``       HASH    worker id -> JSON list of the node task ids
+                                        it holds (heartbeat; orphan detection)
+    ``<p>:workers:keys``        HASH    worker id -> JSON list of the message key
+                                        ids it accepts (``["unsigned"]``: any), at start
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
-                                        params, ops, input, output, error, times
+                                        params, ops, input, output, error, times,
+                                        limits (``deadline_at``, ``max_node_deaths``)
     ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
                                         task results (first wins), ``n:<node>:
                                         <epoch>`` outputs, ``s:`` loop signals,
                                         ``i:`` saved inputs, ``j:``/``jn:`` joins,
-                                        ``e:`` loop passes, ``p:`` pending transfers
+                                        ``e:`` loop passes, ``p:`` pending transfers,
+                                        ``k:<block>`` deaths (``runtime.deaths``)
     ``<p>:run:<id>:nodes``      HASH    node id -> state JSON (state, worker,
                                         task id, times)
     ``<p>:run:<id>:done``       SET     node ids done (progress)
@@ -75,6 +81,16 @@ class RedisKeys:
     def worker_tags(self) -> str:
         """Every tag a worker advertised (which per-tag hashes exist)."""
         return self.key("workers", "tags")
+
+    @property
+    def workers_tasks(self) -> str:
+        """Which node tasks each live worker holds, as its heartbeat last reported."""
+        return self.key("workers", "tasks")
+
+    @property
+    def workers_keys(self) -> str:
+        """Which message keys each worker accepts (ids only), announced at its start."""
+        return self.key("workers", "keys")
 
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""

@@ -26,6 +26,10 @@ Script keys (see :mod:`somatize_tasks.keys`):
     ``<p>:workers:info``        HASH worker id -> ``"<compact WorkerInfo> <seen ms>"``
     ``<p>:workers:tags``        SET  every tag a worker has advertised
     ``<p>:workers:tag:<tag>``   HASH worker id -> the same record, per tag
+    ``<p>:workers:tasks``       HASH worker id -> JSON list of the node task ids it
+                                holds (absent: no report; see ``runtime.orphans``)
+    ``<p>:workers:keys``        HASH worker id -> JSON list of the message key ids it
+                                accepts, written once at its start (see ``signing``)
 Entries older than :data:`~somatize_tasks.keys.WORKER_RETENTION_MS` are
 pruned from all of them by the next heartbeat (so every key has an end).
 """
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from itertools import chain
 from operator import itemgetter
@@ -52,12 +56,14 @@ log = logging.getLogger(__name__)
 _BODY = itemgetter(slice(None, -14))
 
 # Shared by heartbeat and deregister: drop ids (ARGV from index ``first``) from
-# every registry key. KEYS: seen, info, tags set. ``tag_prefix`` names tag hashes.
+# every registry key. KEYS: seen, info, tags set, tasks, keys. ``tag_prefix`` names tag hashes.
 _FORGET = """
 local function forget(ids, tag_prefix)
   if #ids == 0 then return 0 end
   local n = redis.call('HDEL', KEYS[2], unpack(ids))
   redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
+  redis.call('HDEL', KEYS[5], unpack(ids))
   for _, tag in ipairs(redis.call('SMEMBERS', KEYS[3])) do
     redis.call('HDEL', tag_prefix .. tag, unpack(ids))
   end
@@ -65,15 +71,18 @@ local function forget(ids, tag_prefix)
 end
 """
 
-# KEYS: seen, info, tags set. ARGV: worker id, compact WorkerInfo, retention ms,
-# tag hash prefix, then the worker's tags. Returns Redis time in ms.
+# KEYS: seen, info, tags set, tasks, keys. ARGV: worker id, compact WorkerInfo, retention
+# ms, tag hash prefix, held task ids (JSON list, '' for no report), then the worker's
+# tags. Returns Redis time in ms.
 _HEARTBEAT = _FORGET + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local record = ARGV[2] .. ' ' .. string.format('%013d', now)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], record)
-for i = 5, #ARGV do
+if ARGV[5] == '' then redis.call('HDEL', KEYS[4], ARGV[1])
+else redis.call('HSET', KEYS[4], ARGV[1], ARGV[5]) end
+for i = 6, #ARGV do
   redis.call('SADD', KEYS[3], ARGV[i])
   redis.call('HSET', ARGV[4] .. ARGV[i], ARGV[1], record)
 end
@@ -82,7 +91,7 @@ forget(old, ARGV[4])
 return now
 """
 
-# KEYS: seen, info, tags set. ARGV: worker id, tag hash prefix.
+# KEYS: seen, info, tags set, tasks, keys. ARGV: worker id, tag hash prefix.
 _DEREGISTER = _FORGET + """
 return forget({ARGV[1]}, ARGV[2])
 """
@@ -123,13 +132,39 @@ class Registry:
 
     @property
     def _script_keys(self) -> list[str]:
-        return [self.keys.workers_seen, self.keys.workers_info, self.keys.worker_tags]
+        return [self.keys.workers_seen, self.keys.workers_info, self.keys.worker_tags,
+                self.keys.workers_tasks, self.keys.workers_keys]
 
-    def heartbeat(self, info: WorkerInfo) -> int:
-        """Record ``info`` as fresh now; returns the Redis time written (ms)."""
+    def heartbeat(self, info: WorkerInfo, tasks: Sequence[str] | None = None) -> int:
+        """Record ``info`` as fresh now, with the node task ids the worker holds
+        (None: no report); returns the Redis time written (ms)."""
+        held = "" if tasks is None else json.dumps(list(tasks), separators=(",", ":"))
         args = [info.id, encode_info(info), WORKER_RETENTION_MS,
-                self.keys.worker_tag(""), *info.tags]
+                self.keys.worker_tag(""), held, *info.tags]
         return int(self._heartbeat(keys=self._script_keys, args=args))
+
+    def held_tasks(self, worker_ids: Iterable[str]) -> dict[str, frozenset[str] | None]:
+        """The node task ids each worker last reported holding (None: no report)."""
+        found = self._json_fields(self.keys.workers_tasks, worker_ids)
+        return {w: None if v is None else frozenset(v) for w, v in found.items()}
+
+    def announce_keys(self, worker_id: str, key_ids: Sequence[str]) -> None:
+        """Say which message keys ``worker_id`` accepts (ids, never keys); forgotten
+        with the worker's other records."""
+        self.client.hset(self.keys.workers_keys, worker_id, json.dumps(list(key_ids)))
+
+    def accepted_keys(self, worker_ids: Iterable[str]) -> dict[str, list[str] | None]:
+        """The key ids each worker announced (None: it announced nothing)."""
+        return self._json_fields(self.keys.workers_keys, worker_ids)
+
+    def _json_fields(self, key: str, worker_ids: Iterable[str]) -> dict[str, list[str] | None]:
+        """Each worker's JSON list in the hash ``key``, in one HMGET (None: absent)."""
+        ids = sorted(set(worker_ids))
+        if not ids:
+            return {}
+        raw = self.client.hmget(key, ids)
+        return {w: None if r is None else list(json.loads(r))
+                for w, r in zip(ids, raw, strict=True)}  # fmt: skip
 
     def deregister(self, worker_id: str) -> bool:
         """Remove a worker at once (clean shutdown); True if it was registered."""

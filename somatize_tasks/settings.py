@@ -92,6 +92,7 @@ class Settings(BaseSettings):
     node_soft_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
+    max_node_deaths: Annotated[int, Field(ge=1)] = 3
     transfer_stall_s: Annotated[float, Field(gt=0)] = 60.0
     reaper_enabled: bool = True
     fuse_chains: bool = True

@@ -28,10 +28,13 @@ from typing import Any
 from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.json import loads as kombu_loads
 
+from scheduler.errors import listing
 from somatize_tasks.settings import Settings
 
 HEADER = "somatize_signature"
 _SCHEME = "v1="
+#: What a worker announces when it accepts unsigned messages (it has no key).
+UNSIGNED = "unsigned"
 
 
 def signing_key(settings: Settings) -> bytes | None:
@@ -50,9 +53,7 @@ def verification_keys(settings: Settings) -> list[bytes]:
 
 def canonical(task: str, task_id: str, body: Any) -> bytes:
     """What is signed: the task, its id and the decoded body, as sorted compact JSON."""
-    text = json.dumps(
-        [task, task_id, body], sort_keys=True, separators=(",", ":"), default=str
-    )
+    text = json.dumps([task, task_id, body], sort_keys=True, separators=(",", ":"), default=str)
     return text.encode()
 
 
@@ -83,3 +84,44 @@ def check(keys: list[bytes], headers: dict[str, Any], body: Any) -> str | None:
         if hmac.compare_digest(given, _digest(key, task, task_id, body)):
             return None
     return "bad signature (signed with another key, or altered)"
+
+
+def key_id(key: bytes) -> str:
+    """A short public name for a key: a workers/producer mismatch can be told apart
+    in an error message without ever showing the key."""
+    return hmac.new(key, b"somatize-tasks key id", hashlib.sha256).hexdigest()[:12]
+
+
+def accepted_key_ids(settings: Settings) -> list[str]:
+    """What a worker announces at start: the ids of every key it verifies with, or
+    ``[UNSIGNED]`` when it runs messages without a signature."""
+    return [key_id(key) for key in verification_keys(settings)] or [UNSIGNED]
+
+
+def refusing_workers(settings: Settings, accepted: dict[str, list[str] | None]) -> str | None:
+    """Why workers would refuse this producer's messages, or None.
+
+    ``accepted``: each placed worker's announced key ids (None: not announced,
+    e.g. a worker that predates announcements; not judged). A producer whose
+    messages would be dropped gets this as an error at submit, instead of a run
+    whose messages are refused one by one in the workers' logs.
+    """
+    key = signing_key(settings)
+    mine = UNSIGNED if key is None else key_id(key)
+    refusing = sorted(
+        worker for worker, ids in accepted.items()
+        if ids is not None and UNSIGNED not in ids and mine not in ids
+    )  # fmt: skip
+    if not refusing:
+        return None
+    wanted = sorted({i for w in refusing for i in accepted[w] or []})
+    shown = listing(refusing, most=5)
+    have = (
+        "this producer has no SOMATIZE_MESSAGE_KEY" if key is None
+        else f"this producer signs with key id {mine}"
+    )  # fmt: skip
+    return (
+        f"worker(s) {shown} would refuse this run's messages: they accept only messages "
+        f"signed with key id {listing(wanted, sep=' or ')}, and {have}. Set SOMATIZE_MESSAGE_KEY "
+        "to the workers' key (key ids name keys without showing them)"
+    )

@@ -105,6 +105,15 @@ ops_option = click.option(
     type=click.Path(dir_okay=False),
     help="JSON file mapping node ids to catalog names.",
 )
+deadline_option = click.option(
+    "--deadline",
+    "deadline_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Fail the run, naming what is still unfinished, if it has not ended this many "
+    "seconds after it starts.",
+)
 nodes_option = click.option(
     "--nodes",
     multiple=True,
@@ -149,6 +158,7 @@ def _read_run_files(
     "--timeout", type=float, default=None, help="With --wait: give up after this many seconds."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON on stdout.")
+@deadline_option
 @click.option(
     "--require-workers", is_flag=True, help="Fail instead of running here when no worker is live."
 )
@@ -163,6 +173,7 @@ def submit(
     timeout: float | None,
     as_json: bool,
     require_workers: bool,
+    deadline_s: float | None,
     run_options: dict[str, Any],
 ) -> None:
     """Submit PLAN.json to the live workers (a plan, or {"plan", "predecessors"})."""
@@ -173,7 +184,7 @@ def submit(
         try:
             run = submit_plan(
                 plan, **inputs, **run_options, require_workers=require_workers,
-                settings=settings,
+                settings=settings, deadline_s=deadline_s,
             )  # fmt: skip
         except NoWorkersError as exc:
             raise click.ClickException(
@@ -308,6 +319,7 @@ def cancel(run_id: str) -> None:
     help="After a fit, write the states it learned to this states file.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print only the output, as JSON.")
+@deadline_option
 @friendly_errors
 def run(
     plan_file: str,
@@ -317,19 +329,19 @@ def run(
     nodes: tuple[str, ...],
     states_out: str | None,
     as_json: bool,
+    deadline_s: float | None,
     run_options: dict[str, Any],
 ) -> None:
     """Run PLAN.json here, in this process (no workers; Redis only for --states-from RUN_ID)."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
     states = local_states(run_options.pop("states_from"))
-    result = run_local(plan, **inputs, **run_options, states=states)
+    result = run_local(plan, **inputs, **run_options, states=states, deadline_s=deadline_s)
     for warning in result.warnings:
         people.print(f"[yellow]warning:[/yellow] {warning}")
     if result.status != "done":
         error = result.error or {}
-        raise click.ClickException(
-            f"node '{error.get('node_id')}' failed: {error.get('type')}: {error.get('message')}"
-        )
+        where = f"node '{error['node_id']}' failed: " if error.get("node_id") else ""
+        raise click.ClickException(f"{where}{error.get('type')}: {error.get('message')}")
     if states_out is not None:
         write_bundle(states_out, result.states)
         people.print(f"wrote the states of {len(result.states)} nodes to {states_out}")

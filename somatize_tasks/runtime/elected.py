@@ -19,7 +19,8 @@ What wakes the leader
     Redis ``TIME``). With no active run it does nothing else; with active
     runs it sweeps them at once when a heartbeat expired or it just took
     over, and otherwise every ``heartbeat_ttl_s`` (stalled transfers, time
-    limits, nodes queued on a worker that left cleanly).
+    limits, deadlines, nodes orphaned on live workers, nodes queued on a
+    worker that left cleanly).
 Housekeeping
     The leader collects expired runs (:class:`~somatize_tasks.gc.RunCollector`)
     every ``gc_interval_s``; every worker sweeps its own cache

@@ -18,14 +18,14 @@ from scheduler import DistributionPlan
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
-from somatize_tasks.keys import TRANSFER_UPLOAD_TASK, queue_name
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.outputs import OutputReader
 from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.reaper import Reaper
+from somatize_tasks.runtime.revoke import revoke_unfinished
 from somatize_tasks.runtime.state import CANCELLED, DONE, FAILED, FINAL_STATES
-from somatize_tasks.runtime.values import Expr, materialize
 from somatize_tasks.settings import Settings, redacted_url
-from somatize_tasks.store import ArtifactRef, key_part
+from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,35 @@ class NodeFailedError(RunError):
             f"{detail.get('type')}: {detail.get('message')}\n\n"
             f"Remote traceback:\n{self.remote_traceback}"
         )
+
+
+class RunEndedByReaperError(NodeFailedError):
+    """The reaper ended the run (not a node raising): the message says why."""
+
+    def __init__(self, run_id: str, detail: dict[str, Any]) -> None:
+        super().__init__(run_id, detail)
+        self.args = (f"run {run_id} failed: {detail.get('message')}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class KilledWorkerError(RunEndedByReaperError):
+    """A node's worker died while running it ``max_node_deaths`` times (Dask's
+    ``KilledWorker``); ``node_id`` names it, ``worker_id`` the workers, comma-separated."""
+
+
+class RunDeadlineError(RunEndedByReaperError):
+    """The run's ``deadline_s`` passed; the message names what was still unfinished."""
+
+
+#: The error a failed run's ``type`` raises in ``wait``; any other: NodeFailedError.
+ERRORS_BY_KIND: dict[str, type[NodeFailedError]] = {
+    "KilledWorker": KilledWorkerError,
+    "RunDeadlineExceeded": RunDeadlineError,
+    "RunStalled": RunEndedByReaperError,
+    "WorkerLost": RunEndedByReaperError,
+}
 
 
 class RunCancelledError(RunError):
@@ -180,7 +209,7 @@ class PlanRun:
             if status is None:
                 raise self._lost()
             if status in FINAL_STATES:
-                return self._outcome(status)
+                return self._outcome(status, deadline)
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
@@ -195,39 +224,43 @@ class PlanRun:
 
         reaching_redis(self._context.settings, block)
 
-    def _outcome(self, status: str) -> Any:
+    def _outcome(self, status: str, deadline: float | None) -> Any:
         if status == DONE:
             raw = self._context.redis.hget(self._state.meta, "output")
-            return self._materialize(json.loads(raw)) if raw else None
+            reader = OutputReader(self._context, self.id, deadline)
+            return reader.read(json.loads(raw)) if raw else None
         if status == FAILED:
             raw = self._context.redis.hget(self._state.meta, "error")
-            raise NodeFailedError(self.id, json.loads(raw) if raw else {})
+            detail = json.loads(raw) if raw else {}
+            raise ERRORS_BY_KIND.get(str(detail.get("type")), NodeFailedError)(self.id, detail)
         raise RunCancelledError(f"run {self.id} was cancelled")
 
-    def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
+    def result(self, node_id: str, *, timeout: float | None = 60.0) -> Any:
         """One node's latest output (the last pass, for a node inside a loop; a
-        Branch node's is its input, as in Soma)."""
+        Branch node's is its input, as in Soma), within ``timeout`` seconds.
+
+        An output only the node's worker held, when that worker is gone or
+        does not hand it over in time, raises ``OutputUnavailableError``
+        naming the node and the worker.
+        """
         expr = self._state.latest([node_id]).get(node_id)
         if expr is None:
             raise LookupError(f"node '{node_id}' of run {self.id} has no output (yet)")
-        return self._materialize(expr, timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return OutputReader(self._context, self.id, deadline).read(expr)
 
-    def states(self) -> dict[str, Any]:
+    def states(self, *, timeout: float | None = 60.0) -> dict[str, Any]:
         """The states this run's fit learned, node id to value (empty for a forward run)."""
         refs = reaching_redis(self._context.settings, self._state.fitted_states)
-        return {node_id: self._materialize(expr) for node_id, expr in refs.items()}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reader = OutputReader(self._context, self.id, deadline)
+        return {node_id: reader.read(expr) for node_id, expr in refs.items()}
 
     def cancel(self) -> bool:
         """Stop the run: nothing new starts, running nodes are revoked. False if it had ended."""
         if not self._state.finish(CANCELLED):
             return False
-        task_ids = [
-            data["task_id"]
-            for data in (json.loads(v) for v in self._context.redis.hvals(self._state.nodes))
-            if data.get("state") in ("pending", "running") and data.get("task_id")
-        ]
-        if task_ids:
-            self._context.app.control.revoke(task_ids, terminate=True, signal="SIGTERM")
+        revoke_unfinished(self._context.app, self._context.redis.hvals(self._state.nodes))
         return True
 
     # --- helpers ---------------------------------------------------------------------
@@ -250,25 +283,6 @@ class PlanRun:
             raise
         except Exception:  # a failed repair attempt must not break waiting
             log.exception("run %s: repair attempt failed", self.id)
-
-    def _materialize(self, expr: Expr, timeout: float = 60.0) -> Any:
-        """Read an output here, asking the worker that holds a value to share it first."""
-        store = self._context.store
-
-        def fetch(ref: dict[str, Any]) -> Any:
-            artifact = ArtifactRef.model_validate(ref)
-            if artifact.inline is None and not store.shared.exists(artifact.key, artifact.size):
-                holder = artifact.worker_id or ""
-                self._context.app.send_task(
-                    TRANSFER_UPLOAD_TASK,
-                    args=(ref,),
-                    queue=queue_name(holder),
-                    argsrepr=f"run={self.id} node={artifact.node_id} {holder}->producer",
-                    shadow=f"transfer:upload {artifact.node_id} {holder}->producer",
-                ).get(timeout=timeout, disable_sync_subtasks=False)
-            return store.get(artifact)
-
-        return materialize(expr, fetch)
 
     def _lost(self) -> RunStateLostError:
         return RunStateLostError(

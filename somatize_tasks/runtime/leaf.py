@@ -228,7 +228,10 @@ class _BlockRun:
     # --- values and states -------------------------------------------------------------
 
     def store_value(self, node_id: str, value: Any) -> Expr:
-        return ref_expr(self.store.put_value(self.run_id, node_id, self.epoch, value))
+        """Store an output; one that can be the run's output goes to the shared store
+        at once, so it outlives this worker (``Program.final_nodes``)."""
+        put = self.store.put_shared if node_id in self.program.final_nodes else self.store.put_value
+        return ref_expr(put(self.run_id, node_id, self.epoch, value))
 
     def keep(self, node_id: str, expr: Expr) -> None:
         self.outputs[node_id] = expr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import time
 from collections import deque
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -23,7 +24,8 @@ from somatize_tasks.runtime.inputs import check_run_inputs
 from somatize_tasks.runtime.leaf import STATE_PREFIX, run_block
 from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.program import Block, compile_program
-from somatize_tasks.runtime.state import DONE, MemoryRunState
+from somatize_tasks.runtime.reaper_checks import past_deadline
+from somatize_tasks.runtime.state import DONE, FAILED, MemoryRunState
 from somatize_tasks.runtime.values import Expr, materialize, ref_expr, value_expr
 
 LOCAL_WORKER = "local"
@@ -98,12 +100,15 @@ def run_local(
     mode: str | None = None,
     y: Any = None,
     states: Mapping[str, Any] | None = None,
+    deadline_s: float | None = None,
 ) -> LocalRunResult:
     """Run ``plan`` to the end in this process, with the same semantics as on workers.
 
     ``mode`` is ``"fit"`` (with labels ``y``) or ``"forward"`` (with ``states``,
     node id to state); by default a run with states forwards and one without fits.
+    ``deadline_s`` is checked between nodes (a node running here is not interrupted).
     """
+    started = time.time()
     document = load_plan_document(plan, predecessors)
     check_run_inputs(document.plan, params, ops, default_catalog if catalog is None else catalog)
     store = MemoryValueStore()
@@ -120,6 +125,8 @@ def run_local(
     engine = Engine(program, state, work)
     engine.begin(input_expr)
     while work.pending and state.is_active():
+        if deadline_s is not None and _past_deadline(state, run_id, document, started, deadline_s):
+            break
         block, epoch, input_expr = work.pending.popleft()
         state.mark_nodes(block.task_node_ids(), "running", LOCAL_WORKER, epoch)
         try:
@@ -139,6 +146,19 @@ def run_local(
     return LocalRunResult(
         state.status, output, state.error, state.nodes, learned, plan_warnings(document.plan)
     )
+
+
+def _past_deadline(
+    state: MemoryRunState, run_id: str, document: PlanDocument, started: float,
+    deadline_s: float,
+) -> bool:  # fmt: skip
+    """Fail the run if its deadline passed (the same error as on workers)."""
+    failure = past_deadline(run_id, started + deadline_s, deadline_s, state.nodes,
+                            document.plan.node_ids(), time.time())  # fmt: skip
+    if failure is None:
+        return False
+    state.finish(FAILED, error=failure.detail())
+    return True
 
 
 def _put(store: MemoryValueStore, run_id: str, node_id: str, value: Any) -> Expr:

@@ -31,6 +31,7 @@ from scheduler import (
     RemoteTarget,
     Step,
     Stream,
+    exit_nodes,
 )
 from somatize_tasks.runtime.fusion import apply_fusion, fusion_groups
 from somatize_tasks.runtime.values import Expr
@@ -94,6 +95,9 @@ class Program:
     states: dict[str, Expr] = field(default_factory=dict)
     #: The fused chains (runtime.fusion), as node id lists: kept with the run.
     fused: list[list[str]] = field(default_factory=list)
+    #: Nodes whose output can be (part of) the run's output: stored in the shared
+    #: store when written, so the run's output outlives the worker that made it.
+    final_nodes: frozenset[str] = frozenset()
     _reads: dict[int, tuple[list[str], bool]] = field(default_factory=dict, repr=False)
 
     @property
@@ -231,7 +235,16 @@ def compile_program(
         labels=labels,
         states=dict(states or {}),
         fused=fused,
+        final_nodes=final_nodes(plan, blocks),
     )
+
+
+def final_nodes(plan: ExecutionPlan, blocks: list[Block]) -> frozenset[str]:
+    """The plan's exit nodes (what its output is made of, by the data-flow rules), and
+    every Loop's ``carry_from``, whose value a loop at the end passes on."""
+    carried = {b.node.carry_from for b in blocks
+               if isinstance(b.node, Loop) and b.node.carry_from}  # fmt: skip
+    return frozenset(exit_nodes(plan)) | carried
 
 
 def _order_children(blocks: list[Block]) -> None:

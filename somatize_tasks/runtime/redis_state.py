@@ -9,7 +9,8 @@ completion sees the counter reach zero. Key names: :mod:`somatize_tasks.keys`.
 Every key ends: ``results`` (the working state: inputs, joins, loop passes,
 signals) is refreshed to the run's TTL by every write and deleted when the
 run ends; what a finished run keeps (its meta, node states, latest outputs,
-transfers, fitted states) expires with it. Each output is stored once, in
+transfers, fitted states) expires with it. While the run runs, the reaper
+renews them all (:meth:`RedisRunState.keep_alive`). Each output is stored once, in
 ``latest``.
 """
 
@@ -376,6 +377,14 @@ class RedisRunState:
         pipe.expire(self.results, self.ttl_s)
         pipe.hget(self.results, field)
         return float(pipe.execute()[2] or time.time())
+
+    def keep_alive(self) -> None:
+        """Renew the TTL of every key of a run still running (the reaper calls it),
+        so a run that outlasts ``run_ttl_s`` keeps its state."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.all_keys():
+            pipe.expire(key, self.ttl_s)
+        pipe.execute()
 
     def replace_distribution(self, distribution_json: str) -> None:
         """Store a new distribution and bump its version, so every process reloads it."""

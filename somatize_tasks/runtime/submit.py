@@ -35,6 +35,7 @@ from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import (
+    MessageKeyError,
     PlanInputError,  # noqa: F401 - re-exported (its old home)
     SomatizeError,
 )
@@ -45,22 +46,20 @@ from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.elected import sweep_producer_cache
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.handle import (
-    NodeFailedError,
-    NodeStatus,
     PlanRun,
-    Progress,
-    RunStatus,
 )
 from somatize_tasks.runtime.inputs import check_run_inputs
 from somatize_tasks.runtime.leaf import STATE_PREFIX
-from somatize_tasks.runtime.local import LocalRunResult, run_local
+from somatize_tasks.runtime.limits import RunLimits
+from somatize_tasks.runtime.local import run_local
+from somatize_tasks.runtime.local_handle import LocalPlanRun
 from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.program import compile_program
-from somatize_tasks.runtime.state import DONE, FAILED
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
+from somatize_tasks.signing import refusing_workers
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -94,6 +93,7 @@ class RunRequest:
     y: Any = None
     states: dict[str, Any] = field(default_factory=dict)  # values to store for the run
     state_refs: dict[str, Expr] = field(default_factory=dict)  # already in the store
+    limits: RunLimits = field(default_factory=RunLimits)
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -114,6 +114,8 @@ def submit_plan(
     mode: str | None = None,
     y: Any = None,
     states_from: StatesFrom | None = None,
+    deadline_s: float | None = None,
+    max_node_deaths: int | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -124,11 +126,18 @@ def submit_plan(
     the run keeps their states) or ``"forward"`` (they use the states of
     ``states_from``: a fit run's id, a states file, or a dict of node id to
     state). ``catalog`` is used only when the plan runs locally.
+
+    ``deadline_s``: the run fails (``RunDeadlineError``, naming what was still
+    unfinished) if it has not ended this many seconds after submission.
+    ``max_node_deaths``: a node whose worker died while running it this many
+    times fails the run (``KilledWorkerError``); default
+    ``SOMATIZE_MAX_NODE_DEATHS``.
     """
+    limits = RunLimits(deadline_s, max_node_deaths)
     document = check_request(plan, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = run_context(create_app(settings), settings, PRODUCER)
-    request = RunRequest(document, input, params, ops)
+    request = RunRequest(document, input, params, ops, limits=limits)
     request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
     request.mode = run_mode(document.plan, mode, has_states, y is not None)
@@ -149,6 +158,15 @@ def submit_plan(
             unlock()
             return _run_here(request, distribution, require_workers, catalog, context)
         return _start(context, request, distribution)
+
+
+def _check_keys(context: RunContext, distribution: DistributionPlan) -> None:
+    """Refuse a run whose workers would drop its messages (a key mismatch)."""
+    workers = {a.worker_id for a in distribution.assignments}
+    accepted = Registry.from_settings(context.settings, context.redis).accepted_keys(workers)
+    problem = refusing_workers(context.settings, accepted)
+    if problem is not None:
+        raise MessageKeyError(problem)
 
 
 def check_request(
@@ -300,6 +318,7 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
 
 
 def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
+    _check_keys(context, distribution)
     run_id = uuid.uuid4().hex[:16]
     reserve_run(run_id, distribution)
     plan, predecessors = request.plan, request.document.predecessors
@@ -316,7 +335,9 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, request.input)
+    created_at = time.time()
     meta: dict[str | bytes, bytes | float | int | str] = {
+        **request.limits.meta(created_at),
         "status": "running",
         "plan": plan.model_dump_json(),
         "distribution": pack(distribution.model_dump_json()),
@@ -325,7 +346,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         "input": json.dumps(input_expr),
         "node_count": program.node_count,
         "node_ids": json.dumps(plan.node_ids()),
-        "created_at": time.time(),
+        "created_at": created_at,
         "version": 0,
         "time_limits": json.dumps(limits),
         "mode": request.mode,
@@ -370,42 +391,3 @@ def _run_here(
         states=states if request.mode == "forward" else None,
     )  # fmt: skip
     return LocalPlanRun(result, distribution, len(request.plan.node_ids()))
-
-
-class LocalPlanRun(PlanRun):
-    """A run that already happened in this process (the no-worker fallback)."""
-
-    def __init__(self, result: LocalRunResult, distribution: DistributionPlan, total: int) -> None:
-        self.id = f"local-{uuid.uuid4().hex[:12]}"
-        self.distribution = distribution
-        self._result = result
-        self._total = total
-
-    def status(self) -> RunStatus:
-        nodes = {
-            n: NodeStatus(s["state"], s.get("worker"), s.get("started_at"), s.get("ended_at"))
-            for n, s in self._result.nodes.items()
-        }
-        return RunStatus(self.id, self._result.status, nodes, self._result.error)
-
-    def progress(self) -> Progress:
-        return Progress(
-            sum(1 for s in self._result.nodes.values() if s["state"] == DONE), self._total
-        )
-
-    def wait(self, timeout: float | None = None) -> Any:
-        if self._result.status == FAILED:
-            raise NodeFailedError(self.id, self._result.error or {})
-        return self._result.output
-
-    def result(self, node_id: str, *, timeout: float = 60.0) -> Any:
-        raise LookupError("a local run keeps only its final output; use wait()")
-
-    def states(self) -> dict[str, Any]:
-        return dict(self._result.states)
-
-    def cancel(self) -> bool:
-        return False
-
-    def watch(self) -> None:
-        """Nothing to watch: the run already happened in this process."""

@@ -30,6 +30,7 @@ from somatize_tasks.catalog import default_catalog
 from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.context import RunContext, run_context
+from somatize_tasks.runtime.deaths import fail_for_deaths, poisoned_redelivery
 from somatize_tasks.runtime.dispatch import (
     INPUT_READY_TASK,
     NODE_BATCH_TASK,
@@ -41,7 +42,7 @@ from somatize_tasks.runtime.dispatch import (
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
 from somatize_tasks.runtime.outage import through_redis_outages
-from somatize_tasks.runtime.reaper import finish_recompute
+from somatize_tasks.runtime.recompute import finish_recompute
 from somatize_tasks.runtime.starts import PendingStart
 from somatize_tasks.runtime.values import Expr
 
@@ -64,12 +65,14 @@ def _engine(
 def execute_block(
     context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
     *, started: PendingStart | None = None, ahead: tuple[int, int] | None = None,
+    redelivered: bool = False,
 ) -> PendingStart | None:  # fmt: skip
     """Run one block here and advance its run; a failure fails the run and re-raises.
 
     In a batch, ``ahead`` is the next block (block, pass): its start rides in this
     block's record (:mod:`~somatize_tasks.runtime.starts`) and is returned, to be
-    passed to it as ``started``.
+    passed to it as ``started``. ``redelivered``: the broker gave this message
+    back after the process running it died (first attempt only; runtime.deaths).
     """
     found = _engine(context, run_id)
     if found is None:
@@ -81,6 +84,11 @@ def execute_block(
     if started is not None and started.sent:
         version = started.version
     else:
+        poisoned = redelivered and poisoned_redelivery(
+            state, engine.program, block, task_id, context.settings.max_node_deaths)
+        if poisoned:  # it killed the process running it too often (runtime.deaths)
+            fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
+            return None
         # Starting gives back a slot the run reserved here: the heartbeat counts it now.
         version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id,
                                      history.start_line(context.worker_id, nodes, epoch),
@@ -122,8 +130,15 @@ def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: E
     """Run a plan block on this worker (see the module docstring)."""
     context = run_context(self.app, settings_of(self.app))
     task_id = self.request.id or ""
+    first = [_redelivered(self)]  # a redo after a Redis outage is no redelivery
     _retrying(context, f"run {run_id} block {block}",
-              lambda: execute_block(context, run_id, block, epoch, input, task_id))  # fmt: skip
+              lambda: execute_block(context, run_id, block, epoch, input, task_id,
+                                    redelivered=bool(first and first.pop())))  # fmt: skip
+
+
+def _redelivered(task: Task[Any, Any]) -> bool:
+    """The broker gave this message back after its process died (runtime.deaths)."""
+    return bool((task.request.delivery_info or {}).get("redelivered"))
 
 
 def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
@@ -132,18 +147,20 @@ def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
 
 def _run_batched(
     context: RunContext, run_id: str, task_id: str, block: list[Any],
-    started: PendingStart | None, ahead: tuple[int, int] | None,
+    started: PendingStart | None, ahead: tuple[int, int] | None, redelivered: bool,
 ) -> PendingStart | None:  # fmt: skip
     """One block of a batch, done again after a Redis outage. Only the first
     attempt uses the start that rode in the previous block's record: a redo
     marks the block running itself."""
     bid, epoch, input_expr = int(block[0]), int(block[1]), block[2]
     handed = [started]
+    first = [redelivered]
 
     def attempt() -> PendingStart | None:
         return execute_block(
             context, run_id, bid, epoch, input_expr, task_id,
             started=handed.pop() if handed else None, ahead=ahead,
+            redelivered=bool(first and first.pop()),
         )  # fmt: skip
 
     return _retrying(context, f"run {run_id} block {bid}", attempt)
@@ -162,7 +179,8 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
         if position + 1 < len(blocks):
             ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            started = _run_batched(context, run_id, task_id, block, started, ahead)
+            started = _run_batched(context, run_id, task_id, block, started, ahead,
+                                   _redelivered(self))  # fmt: skip
         except Exception as exc:
             started = None
             first_error = first_error or exc

@@ -7,6 +7,7 @@ runner tests.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -123,3 +124,9 @@ def unencodable(_: Any) -> object:
 @node("rt_size")
 def size(values: list[float]) -> int:
     return len(values)
+
+
+@node("rt_suicide")
+def suicide(_: Any) -> None:
+    """Kills the process running it: a pool child under prefork, the worker under solo."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -22,7 +22,7 @@ from somatize_tasks import PlanRun
 from somatize_tasks.cli.plan import print_report
 from somatize_tasks.run_record import read_run
 from somatize_tasks.runtime.program import compile_program
-from somatize_tasks.runtime.reaper import describe_blocks
+from somatize_tasks.runtime.recompute import describe_blocks
 from somatize_tasks.settings import Settings
 from somatize_tasks.timeline import bars_of, not_run
 from tests.conftest import REPO, WorkerProcess, wait_for

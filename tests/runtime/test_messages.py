@@ -20,11 +20,13 @@ from pydantic import SecretStr
 from redis import Redis
 
 from somatize_tasks.celery_app import create_app
+from somatize_tasks.errors import MessageKeyError
 from somatize_tasks.keys import queue_name
 from somatize_tasks.runtime.context import run_context
 from somatize_tasks.runtime.dispatch import NODE_TASK, TRANSFER_FAILED_TASK
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
+from somatize_tasks.signing import key_id
 from tests.conftest import WorkerFactory, WorkerProcess, wait_for
 from tests.runtime import run_nodes  # noqa: F401
 from tests.runtime.plans import MAKE_SUM, ex, remote, seq
@@ -255,3 +257,21 @@ def test_malformed_messages_are_refused_in_one_line_and_the_worker_keeps_working
     assert plain_worker.log().count("refused a malformed item on the broker") == len(RAW_ITEMS)
     assert plain_worker.proc.poll() is None
     assert "task messages are unsigned" in plain_worker.log()
+
+
+@pytest.mark.parametrize(("key", "expected"), [(None, "has no SOMATIZE_MESSAGE_KEY"),
+                                               (OTHER_KEY, "signs with key id")])
+def test_a_producer_whose_key_the_workers_refuse_is_told_at_submit(
+    signed: Settings, signed_worker: WorkerProcess, key: str | None, expected: str
+) -> None:
+    producer = signed.model_copy(update={
+        "message_key": SecretStr(key) if key else None, "message_keys_previous": [],
+    })  # fmt: skip
+    plan = remote("cpu", seq(ex("n1")))
+    with pytest.raises(MessageKeyError) as raised:
+        submit_plan(plan, input=1, settings=producer)
+    message = str(raised.value)
+    assert signed_worker.worker_id in message and expected in message
+    assert key_id(KEY.encode()) in message and KEY not in message and OLD_KEY not in message
+    if key is not None:
+        assert key not in message

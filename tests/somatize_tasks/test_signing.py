@@ -9,7 +9,17 @@ from kombu.utils.json import dumps, loads
 from pydantic import SecretStr, ValidationError
 
 from somatize_tasks.settings import Settings
-from somatize_tasks.signing import HEADER, check, sign, signing_key, verification_keys
+from somatize_tasks.signing import (
+    HEADER,
+    UNSIGNED,
+    accepted_key_ids,
+    check,
+    key_id,
+    refusing_workers,
+    sign,
+    signing_key,
+    verification_keys,
+)
 
 KEY, OLD, OTHER = b"k" * 32, b"o" * 32, b"x" * 32
 BODY = ((), {"run_id": "r1", "block": 2, "epoch": 0, "input": {"value": [1.5, "é", None]}},
@@ -67,3 +77,22 @@ def test_keys_come_from_settings_and_short_ones_are_refused_without_echoing_them
     assert "short-secret" not in str(caught.value)
     assert "n" * 16 not in json.dumps(settings.redacted())
     assert settings.model_copy().message_key == SecretStr("n" * 16)
+
+
+def test_a_key_mismatch_between_producer_and_workers_is_named_without_the_keys() -> None:
+    workers = Settings(message_key=SecretStr(KEY.decode()),
+                       message_keys_previous=[SecretStr(OLD.decode())])  # fmt: skip
+    accepted = accepted_key_ids(workers)
+    assert accepted == [key_id(KEY), key_id(OLD)]
+    assert accepted_key_ids(Settings()) == [UNSIGNED]
+    announced = {"w1": accepted, "w2": [UNSIGNED], "w3": None}
+    for producer_key in (KEY, OLD):  # the current and a previous key both pass
+        producer = Settings(message_key=SecretStr(producer_key.decode()))
+        assert refusing_workers(producer, announced) is None
+    problem = refusing_workers(Settings(message_key=SecretStr(OTHER.decode())), announced)
+    assert problem is not None
+    assert "w1" in problem and "w2" not in problem and "w3" not in problem
+    assert key_id(OTHER) in problem and key_id(KEY) in problem
+    assert all(k.decode() not in problem for k in (KEY, OLD, OTHER))
+    unsigned = refusing_workers(Settings(), announced)
+    assert unsigned is not None and "no SOMATIZE_MESSAGE_KEY" in unsigned
