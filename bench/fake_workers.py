@@ -6,6 +6,13 @@ its heartbeat (:meth:`Registry.heartbeat`) and its reaper thread's tick
 worker does exactly those two calls, with the real code, spread evenly over
 the interval; ``processes`` share the fakes so the client side keeps up.
 :func:`redis_cpu` measures what Redis spent meanwhile (``INFO cpu``).
+
+:meth:`FakeWorkers.pause` turns their calls away from the measured Redis:
+with a ``decoy`` (another Redis) they go on, the same calls at the same
+rate, against the decoy, so this machine's cores stay exactly as busy
+(their Python, a Redis serving them) and only the measured Redis' load
+changes; without one they stop. What they really sent is counted
+(:attr:`FakeWorkers.beats`), so a check compares with the cluster that ran.
 """
 
 from __future__ import annotations
@@ -35,46 +42,85 @@ def fake_info(index: int) -> WorkerInfo:
     )  # fmt: skip
 
 
-def _run_fakes(settings_json: str, indexes: list[int], stop_at: float) -> None:
-    settings = Settings.model_validate_json(settings_json)
+def _target(settings: Settings, indexes: list[int]) -> tuple[Registry, list[ReaperLoop]]:
+    """A Redis to heartbeat against: its registry and one reaper loop per fake."""
     context = run_context(create_app(settings), settings, "fakes")
-    registry = Registry.from_settings(settings, context.redis)
     reaper = Reaper(context)
-    workers = [(fake_info(i), ReaperLoop(context, reaper, None)) for i in indexes]
-    interval = settings.heartbeat_interval_s
-    gap = interval / max(1, len(workers))
+    loops = [ReaperLoop(context, reaper, None) for _ in indexes]
+    return Registry.from_settings(settings, context.redis), loops
+
+
+def _run_fakes(settings_json: str, decoy_json: str | None, indexes: list[int],
+               stop_at: float, shared: tuple[Any, Any, Any]) -> None:
+    beats, stop, paused = shared
+    settings = Settings.model_validate_json(settings_json)
+    targets = [_target(Settings.model_validate_json(j), indexes)
+               for j in (settings_json, decoy_json) if j is not None]
+    infos = [fake_info(i) for i in indexes]
+    gap = settings.heartbeat_interval_s / max(1, len(infos))
     next_at = time.monotonic()
-    while time.monotonic() < stop_at:
-        for info, loop in workers:
+    while time.monotonic() < stop_at and not stop.is_set():
+        for number, info in enumerate(infos):
+            while paused.is_set() and len(targets) == 1 and not stop.is_set():
+                time.sleep(0.01)
+                next_at = time.monotonic()
+            registry, loops = targets[-1] if paused.is_set() else targets[0]
             registry.heartbeat(info)
-            loop.tick()
+            loops[number].tick()
+            with beats.get_lock():
+                beats.value += 1
             next_at += gap
             pause = next_at - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            if time.monotonic() >= stop_at:
+            if time.monotonic() >= stop_at or stop.is_set():
                 break
-    for _, loop in workers:
-        loop.release()
+    for _, loops in targets:
+        for loop in loops:
+            loop.release()
+
+
+class FakeWorkers:
+    """What the fakes did (:attr:`beats`: heartbeat+tick pairs so far, all processes);
+    :meth:`pause` turns them to the decoy, or stops them, until :meth:`resume`."""
+
+    def __init__(self, beats: Any, paused: Any) -> None:
+        self._beats, self._paused = beats, paused
+
+    @property
+    def beats(self) -> int:
+        return int(self._beats.value)
+
+    def pause(self) -> None:
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
 
 
 @contextmanager
-def fake_workers(settings: Settings, count: int, seconds: float,
-                 processes: int = 4) -> Iterator[None]:
-    """Run ``count`` fakes for ``seconds`` in ``processes`` processes (joined on exit)."""
+def fake_workers(settings: Settings, count: int, seconds: float, processes: int = 4,
+                 decoy: Settings | None = None) -> Iterator[FakeWorkers]:
+    """Run ``count`` fakes for ``seconds`` in ``processes`` processes (joined on exit);
+    paused, they heartbeat against ``decoy`` instead (see the module docstring)."""
     stop_at = time.monotonic() + seconds
-    registry = Registry.from_settings(settings)
-    for index in range(count):  # everyone registered before measuring starts
-        registry.heartbeat(fake_info(index))
+    for target in filter(None, (settings, decoy)):
+        registry = Registry.from_settings(target)
+        for index in range(count):  # everyone registered before measuring starts
+            registry.heartbeat(fake_info(index))
     shares = [list(range(p, count, processes)) for p in range(processes)]
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_run_fakes, args=(settings.model_dump_json(), share, stop_at))
+    shared = (ctx.Value("q", 0), ctx.Event(), ctx.Event())
+    decoy_json = decoy.model_dump_json() if decoy else None
+    procs = [ctx.Process(target=_run_fakes, args=(settings.model_dump_json(), decoy_json,
+                                                  share, stop_at, shared))
              for share in shares if share]
     for proc in procs:
         proc.start()
     try:
-        yield
+        yield FakeWorkers(shared[0], shared[2])
     finally:
+        shared[1].set()  # done early: no need to wait out ``seconds``
         for proc in procs:
             proc.join(timeout=seconds + 30)
             if proc.is_alive():

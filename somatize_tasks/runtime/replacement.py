@@ -67,8 +67,14 @@ def new_home(
     probe: PlanNode = Execute(node_id=node_id)
     if target is not None:
         probe = Remote(node_id=node_id, target=target, plan=probe)
+    plan = ExecutionPlan.of(probe)
     try:
-        placed = schedule(ExecutionPlan.of(probe), list(live.values()))
+        placed = schedule(plan, list(live.values()))
+        if not placed.assignments and live:
+            # Every live worker is busy: the node queues on one rather than waiting for a
+            # free slot the run may never see (placement's "queued runs" rule).
+            placed = schedule(plan, [w.model_copy(update={"active_jobs": 0})
+                                     for w in live.values()])  # fmt: skip
     except PlacementError as exc:
         raise StrandedError(
             f"node '{node_id}' was on worker '{old}', which died, and needs "

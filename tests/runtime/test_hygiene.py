@@ -86,7 +86,10 @@ def test_two_hundred_runs_leave_nothing_after_their_state_expires(
             assert [run.wait(timeout=120) for run in runs] == [MAKE_SUM] * len(runs)
         peak_keys, peak_files = client.dbsize(), files_under(settings.cache_dir)
         peak_objects = s3_objects(s3_endpoint, settings.s3_prefix)
-        assert peak_keys > len(baseline) + RUNS and peak_objects > 0 and peak_files > RUNS
+        # Something to clean up: runs that ended more than RUN_TTL_S ago are already
+        # being collected while later waves run (how many depends on the machine's
+        # speed), so the files of at least the last wave are asked for, not all 200.
+        assert peak_keys > len(baseline) + RUNS and peak_objects > 0 and peak_files > WAVE
 
         # The workers alone: the shared store, the runs index and their caches.
         assert wait_for(lambda: s3_objects(s3_endpoint, settings.s3_prefix) == 0, 90, 0.5)
