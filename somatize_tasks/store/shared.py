@@ -48,6 +48,26 @@ _UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
                 ConnectionClosedError)
 
 
+#: S3 error codes that say "not now" rather than "never": retried like an unreachable endpoint.
+_TRANSIENT_CODES = frozenset({
+    "RequestTimeout", "RequestTimeTooSkewed", "SlowDown", "ServiceUnavailable",
+    "InternalError", "500", "502", "503", "504",
+})  # fmt: skip
+
+
+def transient_error(exc: BaseException | None) -> bool:
+    """Whether a boto error (or what it wraps: boto3's S3UploadFailedError keeps the
+    ClientError as its context) is a passing outage of the endpoint."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, _UNREACHABLE):
+            return True
+        if isinstance(exc, ClientError):
+            return exc.response.get("Error", {}).get("Code") in _TRANSIENT_CODES
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def _not_found(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
 
@@ -147,9 +167,11 @@ class S3Store:
         except ClientError as exc:
             error = exc.response.get("Error", {})
             code, message = error.get("Code", "?"), error.get("Message", "")
-            raise StoreError(f"{where}: {code} {message}".rstrip()) from None
+            kind = StoreUnavailableError if transient_error(exc) else StoreError
+            raise kind(f"{where}: {code} {message}".rstrip()) from None
         except (BotoCoreError, boto3.exceptions.Boto3Error) as exc:
-            raise StoreError(f"{where}: {exc}") from None
+            kind = StoreUnavailableError if transient_error(exc) else StoreError
+            raise kind(f"{where}: {exc}") from None
 
     def exists(self, key: str, size: int) -> bool:
         with self._errors("looking up", key):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import ClientError
 
 from somatize_tasks.errors import (
     ArtifactCorruptError,
@@ -17,6 +19,7 @@ from somatize_tasks.errors import (
 )
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import ArtifactRef, ArtifactStore, S3Store, artifact_key
+from somatize_tasks.store.shared import transient_error
 from tests.conftest import S3Endpoint, free_port
 
 
@@ -177,3 +180,21 @@ def test_wrong_bucket_is_a_store_error(settings: Settings) -> None:
     store = S3Store(settings.model_copy(update={"s3_bucket": "no-such-bucket"}))
     with pytest.raises(StoreError, match="no-such-bucket"):
         store.upload(Path(__file__), "r/n/0")
+
+
+def test_an_s3_hiccup_is_retried_and_a_refusal_is_not() -> None:
+    """A transient S3 answer (or boto3's upload error wrapping one) is 'unavailable'
+    (the transfer retries with backoff); a refusal such as AccessDenied is final."""
+
+    def client_error(code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "m"}}, "UploadPart")
+
+    def wrapped(code: str) -> S3UploadFailedError:
+        exc = S3UploadFailedError("Failed to upload x to b/k")
+        exc.__context__ = client_error(code)  # as boto3 raises it, inside its except
+        return exc
+
+    assert transient_error(client_error("RequestTimeout")) and transient_error(wrapped("503"))
+    assert not transient_error(client_error("AccessDenied"))
+    assert not transient_error(wrapped("NoSuchBucket"))
+    assert not transient_error(S3UploadFailedError("no context"))
