@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.errors import listing
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.handle import PlanRun, RunTimeoutError
 
@@ -103,9 +104,22 @@ class Waiter:
     def outcome(self) -> Outcome:
         """Block until the run ends or its bound passes (plus 5 s of grace); judge it."""
         outcome = self._judge()
+        if outcome.kind == HUNG:
+            self.notes.append(self._waiting_on())
         if self.notes:
             outcome.detail = " ".join([outcome.detail, f"[{'; '.join(dict.fromkeys(self.notes))}]"])
         return outcome
+
+    def _waiting_on(self) -> str:
+        """What a hung run still waits on: its unfinished nodes, with state and worker."""
+        try:
+            status = self.run.status()
+        except Exception as exc:  # the state may be gone; say so rather than fail the row
+            return f"status unreadable: {type(exc).__name__}"
+        open_nodes = [f"{node} {info.state}@{info.worker}" for node, info in status.nodes.items()
+                      if info.state in ("pending", "running")]  # fmt: skip
+        shown = listing(open_nodes, most=6)
+        return f"run {status.state}; waits on: {shown or 'nothing pending or running'}"
 
     def _judge(self) -> Outcome:
         assert self._thread is not None
