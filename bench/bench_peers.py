@@ -9,7 +9,7 @@ rounds; the ratio is ours over Dask's (at most 1.0 is the goal). The load
 average is printed before and after.
 
     pip install -e '.[bench]'
-    python -m bench.bench_peers [--rounds 3] [--quick]
+    python -m bench.bench_peers [--rounds 3] [--quick] [--only "16 MiB" ...]
 """
 
 from __future__ import annotations
@@ -155,10 +155,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="leave out fork-join 10,000")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only the workloads whose name has NAME")  # fmt: skip
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
                                                              os.environ.get("PYTHONPATH")]))
-    rows = workloads(args.quick)
+    rows = [row for row in workloads(args.quick)
+            if not args.only or any(part in row[0] for part in args.only)]  # fmt: skip
     before = os.getloadavg()
     with bench_settings("bench-peers") as (settings, root):
         peers: list[Any] = [Ours(settings, root), DaskPeer()]
