@@ -19,6 +19,7 @@ from celery import Celery
 from celery.app.amqp import AMQP
 from kombu import Connection
 
+from somatize_tasks.kombu_publish import reuse_publish_clients
 from somatize_tasks.settings import Settings
 from somatize_tasks.signing import HEADER, sign, signing_key
 
@@ -89,6 +90,7 @@ class SomatizeCelery(Celery):
 
     def __init__(self, settings: Settings | None = None, **kwargs: Any) -> None:
         super().__init__("somatize_tasks", **kwargs)
+        reuse_publish_clients()  # a publish no longer builds a Redis client (kombu_publish)
         self._somatize_settings = settings
         self.add_defaults(lambda: celery_config(self.somatize_settings))
         self.steps["worker"].update(WORKER_STEPS)
