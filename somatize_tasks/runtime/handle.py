@@ -125,13 +125,19 @@ class Progress:
 class PlanRun:
     """A submitted run. Build it with ``submit_plan`` or :meth:`attach`."""
 
-    def __init__(self, run_id: str, context: RunContext, distribution: DistributionPlan) -> None:
+    def __init__(
+        self, run_id: str, context: RunContext, distribution: DistributionPlan,
+        *, submitted: bool = False,
+    ) -> None:  # fmt: skip
         self.id = run_id
         self.distribution = distribution
         self._context = context
         self._state = context.state(run_id)
         self._reaper: Any = None
-        self._next_watch = 0.0
+        # A run submitted just now has nothing to repair yet (a dead worker takes a
+        # heartbeat TTL to notice): its first watch waits one interval, so a short
+        # run's wait is a blocking pop, not a repair pass competing with its workers.
+        self._next_watch = time.monotonic() + context.settings.heartbeat_interval_s * submitted
 
     @classmethod
     def attach(cls, run_id: str, settings: Settings | None = None) -> PlanRun:
@@ -205,11 +211,11 @@ class PlanRun:
         """Block until the run ends; its output, or an error saying why there is none."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = reaching_redis(self._context.settings, self._state.status)
+            status, output, error = reaching_redis(self._context.settings, self._ending)
             if status is None:
                 raise self._lost()
             if status in FINAL_STATES:
-                return self._outcome(status, deadline)
+                return self._outcome(status, output, error, deadline)
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
@@ -224,14 +230,21 @@ class PlanRun:
 
         reaching_redis(self._context.settings, block)
 
-    def _outcome(self, status: str, deadline: float | None) -> Any:
+    def _ending(self) -> tuple[str | None, bytes | None, bytes | None]:
+        """The run's status with its output and error (set when it ends): one round trip."""
+        status, output, error = self._context.redis.hmget(
+            self._state.meta, "status", "output", "error"
+        )
+        return (None if status is None else status.decode()), output, error
+
+    def _outcome(
+        self, status: str, output: bytes | None, error: bytes | None, deadline: float | None
+    ) -> Any:
         if status == DONE:
-            raw = self._context.redis.hget(self._state.meta, "output")
             reader = OutputReader(self._context, self.id, deadline)
-            return reader.read(json.loads(raw)) if raw else None
+            return reader.read(json.loads(output)) if output else None
         if status == FAILED:
-            raw = self._context.redis.hget(self._state.meta, "error")
-            detail = json.loads(raw) if raw else {}
+            detail = json.loads(error) if error else {}
             raise ERRORS_BY_KIND.get(str(detail.get("type")), NodeFailedError)(self.id, detail)
         raise RunCancelledError(f"run {self.id} was cancelled")
 
