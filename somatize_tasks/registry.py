@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from itertools import chain
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from redis import Redis
@@ -160,11 +160,7 @@ class Registry:
     def _json_fields(self, key: str, worker_ids: Iterable[str]) -> dict[str, list[str] | None]:
         """Each worker's JSON list in the hash ``key``, in one HMGET (None: absent)."""
         ids = sorted(set(worker_ids))
-        if not ids:
-            return {}
-        raw = self.client.hmget(key, ids)
-        return {w: None if r is None else list(json.loads(r))
-                for w, r in zip(ids, raw, strict=True)}  # fmt: skip
+        return json_fields(ids, self.client.hmget(key, ids)) if ids else {}
 
     def deregister(self, worker_id: str) -> bool:
         """Remove a worker at once (clean shutdown); True if it was registered."""
@@ -197,15 +193,33 @@ class Registry:
         Written as comprehensions over the one reply: at 10,000 entries the
         Python side is most of a read's cost.
         """
-        hashes = ([self.keys.workers_info] if tags is None
-                  else sorted({self.keys.worker_tag(tag) for tag in tags}))
-        if not hashes:
-            return 0, [], []
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
-        for name in hashes:
-            pipe.hvals(name)
-        (seconds, micros), *values = pipe.execute()
+        queued = self.queue_read(pipe, tags)
+        if not queued:
+            return 0, [], []
+        return self.parse_read(pipe.execute(), live, tags)
+
+    def queue_read(self, pipe: Any, tags: Iterable[str] | None = None) -> int:
+        """Queue a read of the entries on ``pipe`` (for :meth:`parse_read`, which takes
+        the replies from the first on), so a caller can send its own commands in the
+        same round trip; how many commands it queued (0: nothing to read)."""
+        hashes = self._hashes(tags)
+        if hashes:
+            pipe.time()
+            for name in hashes:
+                pipe.hvals(name)
+        return len(hashes) + 1 if hashes else 0
+
+    def _hashes(self, tags: Iterable[str] | None) -> list[str]:
+        return ([self.keys.workers_info] if tags is None
+                else sorted({self.keys.worker_tag(tag) for tag in tags}))  # fmt: skip
+
+    def parse_read(
+        self, replies: list[Any], live: bool = True, tags: Iterable[str] | None = None
+    ) -> tuple[int, list[WorkerInfo], list[bytes]]:
+        """What :meth:`_fetch` returns, from the replies to :meth:`queue_read`."""
+        hashes = self._hashes(tags)
+        (seconds, micros), *values = replies[: len(hashes) + 1]
         now = int(seconds) * 1000 + int(micros) // 1000
         cutoff = b"%013d" % (now - self.ttl_ms)
         records: list[bytes] = values[0] if len(values) == 1 else list(chain(*values))
@@ -231,6 +245,11 @@ class Registry:
         if len(self._parsed) > 4 * max(len(infos), 1024):
             self._parsed = parsed
         return now, infos, kept  # type: ignore[return-value]
+
+
+def json_fields(ids: list[str], raw: list[bytes | None]) -> dict[str, list[str] | None]:
+    """An ``HMGET`` of ``ids`` whose values are JSON lists, by id (None: absent)."""
+    return {w: None if r is None else list(json.loads(r)) for w, r in zip(ids, raw, strict=True)}
 
 
 def encode_info(info: WorkerInfo) -> str:

@@ -27,12 +27,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from scheduler import DistributionPlan, WorkerInfo
 from somatize_tasks.keys import RedisKeys
@@ -120,20 +121,31 @@ class Reservations:
         self._release_one = client.register_script(_RELEASE_ONE)
         self._unlock = client.register_script(_UNLOCK)
 
-    def by_worker(self) -> dict[str, int]:
-        """Slots reserved per worker id (expired entries dropped)."""
-        flat = self._read(keys=self.fields, args=[self.keys.run("")])
+    def by_worker(self, flat: Any = None) -> dict[str, int]:
+        """Slots reserved per worker id (expired entries dropped); from ``flat``, the
+        reply to :meth:`queue_read`, if given."""
+        if flat is None or isinstance(flat, NoScriptError):  # Redis forgot the script
+            flat = self._read(keys=self.fields, args=[self.keys.run("")])
+        elif isinstance(flat, Exception):
+            raise flat
         counts: Counter[str] = Counter()
         for field, slots in zip(flat[::2], flat[1::2], strict=True):
             counts[field.decode().partition("|")[0]] += max(0, int(slots))
         return dict(counts)
 
-    def count_in(self, workers: list[WorkerInfo]) -> list[WorkerInfo]:
-        """``workers`` with their reserved slots added to ``active_jobs``.
+    def queue_read(self, pipe: Any) -> None:
+        """Queue :meth:`by_worker`'s read on ``pipe`` (executed ``raise_on_error=False``;
+        pass its reply to ``by_worker``), to share a round trip with other reads."""
+        sha: str = self._read.sha  # type: ignore[attr-defined]
+        pipe.evalsha(sha, len(self.fields), *self.fields, self.keys.run(""))
+
+    def count_in(self, workers: list[WorkerInfo], flat: Any = None) -> list[WorkerInfo]:
+        """``workers`` with their reserved slots added to ``active_jobs`` (``flat``: as
+        for :meth:`by_worker`).
 
         Remembered for this thread, so :func:`reserve_run` knows the workers' limits.
         """
-        reserved = self.by_worker()
+        reserved = self.by_worker(flat)
         _held.workers = {w.id: w for w in workers}
         return [
             w.model_copy(update={"active_jobs": w.active_jobs + reserved[w.id]})
@@ -142,15 +154,22 @@ class Reservations:
         ]
 
     def reserve(self, run_id: str, distribution: DistributionPlan,
-                workers: dict[str, WorkerInfo]) -> None:
-        """Record what ``distribution`` will put on each worker at once."""
+                workers: dict[str, WorkerInfo], pipe: Any = None) -> Callable[[], Any] | None:
+        """Record what ``distribution`` will put on each worker at once; with ``pipe``,
+        queue it there and return what redoes it should Redis have lost the script."""
         slots = slots_per_worker(distribution, workers)
-        if slots:
-            args: list[str | int] = [self.ttl_ms]
-            for worker_id, count in sorted(slots.items()):
-                args += [reservation_field(worker_id, run_id), count]
+        if not slots:
+            return None
+        args: list[str | int] = [self.ttl_ms]
+        for worker_id, count in sorted(slots.items()):
+            args += [reservation_field(worker_id, run_id), count]
+        _held.made = [reservation_field(worker_id, run_id) for worker_id in slots]
+        if pipe is None:
             self._reserve(keys=self.fields, args=args)
-            _held.made = [reservation_field(worker_id, run_id) for worker_id in slots]
+            return None
+        sha: str = self._reserve.sha  # type: ignore[attr-defined]
+        pipe.evalsha(sha, len(self.fields), *self.fields, *args)
+        return lambda: self._reserve(keys=self.fields, args=args)
 
     def forget(self, fields: list[str]) -> None:
         """Drop reservations outright (their run never started: submitting it failed)."""
@@ -208,23 +227,50 @@ class Reservations:
             unlock()
 
 
-def reserve_run(run_id: str, distribution: DistributionPlan) -> None:
+def reserve_run(
+    run_id: str, distribution: DistributionPlan, client: Redis[bytes],
+    also: Callable[[Any], None] = lambda pipe: None,
+) -> list[Any]:  # fmt: skip
     """Inside :meth:`Reservations.placing`: reserve the run's slots, then let the next
-    placement go (before the run's input is uploaded and its blocks published)."""
+    placement go (before the run's input is uploaded and its blocks published).
+
+    One round trip: the commands ``also`` queues on the pipeline go first, and
+    their replies are returned (an error reply raises).
+    """
+    pipe = client.pipeline(transaction=False)
+    also(pipe)
+    ours = len(pipe)
+    redo: list[Callable[[], Any]] = []
     held = getattr(_held, "lock", None)
-    if held is None:
-        return
-    held[0].reserve(run_id, distribution, getattr(_held, "workers", {}))
-    unlock()
+    if held is not None:
+        again = held[0].reserve(run_id, distribution, getattr(_held, "workers", {}), pipe)
+        redo += [again] if again is not None else []
+        redo += [again for again in [unlock(pipe)] if again is not None]
+    replies = pipe.execute(raise_on_error=False)
+    for reply, again in zip(replies[ours:], redo, strict=True):
+        if isinstance(reply, NoScriptError):  # Redis lost its scripts (a restart)
+            again()
+        elif isinstance(reply, Exception):
+            raise reply
+    for reply in replies[:ours]:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies[:ours]
 
 
-def unlock() -> None:
-    """Release this thread's placement lock, if it holds one (idempotent)."""
+def unlock(pipe: Any = None) -> Callable[[], Any] | None:
+    """Release this thread's placement lock, if it holds one (idempotent); with ``pipe``,
+    queue the release there and return what redoes it if Redis lost the script."""
     held = getattr(_held, "lock", None)
     _held.lock = None
-    if held is not None and held[2]:
-        reservations, lock, token = held
+    if held is None or not held[2]:
+        return None
+    reservations, lock, token = held
+    if pipe is None:
         reservations._unlock(keys=[lock], args=[token])
+        return None
+    pipe.evalsha(reservations._unlock.sha, 1, lock, token)
+    return lambda: reservations._unlock(keys=[lock], args=[token])
 
 
 def slots_per_worker(distribution: DistributionPlan,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -62,6 +62,9 @@ class CeleryDispatcher:
         self._avoiding = {"avoiding": sorted(unavailable)} if unavailable else {}
         self._held: list[tuple[Block, int, Expr]] | None = None
         self._depth = 0
+        #: Writes that go first in the next records transaction: ``submit_plan`` puts
+        #: the run's own record there, so a run and its first block cost one round trip.
+        self.prelude: Callable[[Any], None] | None = None
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -91,8 +94,16 @@ class CeleryDispatcher:
             return
         self._dispatch_one(block, epoch, input_expr)
 
-    def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
+    def _records(self) -> Any:
+        """A transaction for dispatch records, the :attr:`prelude` first if there is one."""
         records = self.state.client.pipeline()
+        prelude, self.prelude = self.prelude, None
+        if prelude is not None:
+            prelude(records)
+        return records
+
+    def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
+        records = self._records()
         task_id, missing = self._record_one(block, epoch, input_expr, records)
         records.execute()
         self._publish_one(block, epoch, input_expr, task_id, missing)
@@ -130,7 +141,7 @@ class CeleryDispatcher:
         if len(held) == 1:
             self._dispatch_one(*held[0])
             return
-        records = self.state.client.pipeline()
+        records = self._records()
         singles = []
         ready: dict[str, list[tuple[Block, int, Expr]]] = {}
         direct: dict[int, list[str]] = {}

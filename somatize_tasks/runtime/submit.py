@@ -35,12 +35,11 @@ from somatize_tasks.catalog import Catalog, default_catalog
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import (
-    MessageKeyError,
     PlanInputError,  # noqa: F401 - re-exported (its old home)
     SomatizeError,
 )
 from somatize_tasks.registry import Registry
-from somatize_tasks.reservations import reservations_of, reserve_run, unlock
+from somatize_tasks.reservations import reservations_of, unlock
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.elected import sweep_producer_cache
@@ -57,9 +56,13 @@ from somatize_tasks.runtime.modes import run_mode
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.program import compile_program
 from somatize_tasks.runtime.states import StatesFrom, states_to_use
+from somatize_tasks.runtime.submit_trips import (
+    dispatches_first,
+    live_and_reserved,
+    reserve_checking_keys,
+)
 from somatize_tasks.runtime.values import Expr, ref_expr
 from somatize_tasks.settings import Settings
-from somatize_tasks.signing import refusing_workers
 
 log = logging.getLogger(__name__)
 INPUT_NODE = "input"
@@ -147,26 +150,18 @@ def submit_plan(
     registry = Registry.from_settings(settings, context.redis)
     reservations = reservations_of(context)
     with reservations.placing():  # see somatize_tasks.reservations
-        workers = reaching_redis(settings, registry.live_infos)
+        read = reaching_redis(settings, lambda: live_and_reserved(registry, reservations))
+        workers, reserved = read
         distribution = _place(
             lambda usable: schedule(
                 document.plan, usable, differentiable_nodes, predecessors=document.predecessors
             ),
-            reservations.count_in(workers),
+            reservations.count_in(workers, reserved),
         )
         if distribution.is_local:
             unlock()
             return _run_here(request, distribution, require_workers, catalog, context)
         return _start(context, request, distribution)
-
-
-def _check_keys(context: RunContext, distribution: DistributionPlan) -> None:
-    """Refuse a run whose workers would drop its messages (a key mismatch)."""
-    workers = {a.worker_id for a in distribution.assignments}
-    accepted = Registry.from_settings(context.settings, context.redis).accepted_keys(workers)
-    problem = refusing_workers(context.settings, accepted)
-    if problem is not None:
-        raise MessageKeyError(problem)
 
 
 def check_request(
@@ -318,9 +313,8 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
 
 
 def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
-    _check_keys(context, distribution)
     run_id = uuid.uuid4().hex[:16]
-    reserve_run(run_id, distribution)
+    reserve_checking_keys(context, run_id, distribution)
     plan, predecessors = request.plan, request.document.predecessors
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
     labels = None if request.y is None else _store_input(context, run_id, request.y, "__labels__")
@@ -357,18 +351,25 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         meta["predecessors"] = json.dumps(predecessors)
     if labels is not None:
         meta["labels"] = json.dumps(labels)
-    pipe = context.redis.pipeline()
-    pipe.hset(state.meta, mapping=meta)
-    pipe.expire(state.meta, context.settings.run_ttl_s)
-    pipe.zadd(context.keys.runs, {run_id: time.time()})
-    pipe.sadd(context.keys.active_runs, run_id)
-    pipe.execute()
+
+    def record_run(pipe: Any) -> None:
+        pipe.hset(state.meta, mapping=meta)
+        pipe.expire(state.meta, context.settings.run_ttl_s)
+        pipe.zadd(context.keys.runs, {run_id: time.time()})
+        pipe.sadd(context.keys.active_runs, run_id)
+
+    dispatcher = CeleryDispatcher(context, run_id, program, state)
+    if dispatches_first(program):  # the run's record rides with its first block's
+        dispatcher.prelude = record_run
+    else:
+        pipe = context.redis.pipeline()
+        record_run(pipe)
+        pipe.execute()
     sweep_producer_cache(context)
     for warning in distribution.warnings:
         log.warning("run %s: %s", run_id, warning)
-    engine = Engine(program, state, CeleryDispatcher(context, run_id, program, state))
-    engine.begin(input_expr)
-    return PlanRun(run_id, context, distribution)
+    Engine(program, state, dispatcher).begin(input_expr)
+    return PlanRun(run_id, context, distribution, submitted=True)
 
 
 def _run_here(
