@@ -22,6 +22,7 @@ from celery.canvas import Signature
 from kombu.utils.uuid import uuid
 
 from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.context import PRODUCER, RunContext
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
@@ -105,6 +106,8 @@ class CeleryDispatcher:
     def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
         records = self._records()
         task_id, missing = self._record_one(block, epoch, input_expr, records)
+        if not missing and self._sent_with(records, block, epoch, input_expr, task_id):
+            return
         records.execute()
         self._publish_one(block, epoch, input_expr, task_id, missing)
         self.state.sent([(block.index, epoch)])
@@ -123,6 +126,25 @@ class CeleryDispatcher:
             transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
         )  # fmt: skip
         return task_id, missing
+
+    def _sent_with(
+        self, records: Any, block: Block, epoch: int, input_expr: Expr, task_id: str
+    ) -> bool:
+        """Publish the block in its records' own transaction, when the broker is the
+        Redis the run lives in (kombu_publish): records, message, ``task-sent``
+        event and the outbox's "sent" in one round trip, the records first. False
+        (nothing done) when it cannot: the caller records, then publishes."""
+        settings = self.context.settings
+        if settings.broker != settings.redis_url:
+            return False
+        with self.context.app.producer_or_acquire() as producer:
+            if not can_publish_into(producer):
+                return False
+            with publishing_into(producer, records):
+                self._send(block, epoch, input_expr, task_id, producer=producer)
+            self.state.sent([(block.index, epoch)], pipe=records)
+            records.execute()
+        return True
 
     def _publish_one(
         self, block: Block, epoch: int, input_expr: Expr, task_id: str,

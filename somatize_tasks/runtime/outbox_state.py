@@ -47,10 +47,12 @@ class OutboxState:
         pipe.expire(self.outbox, self.ttl_s)
         self._clear_intent(pipe)
 
-    def sent(self, blocks: list[tuple[int, int]]) -> None:
-        """These blocks' messages are out: the outbox forgets them."""
+    def sent(self, blocks: list[tuple[int, int]], pipe: Any = None) -> None:
+        """These blocks' messages are out: the outbox forgets them (with ``pipe``, in
+        the transaction that publishes them)."""
         if blocks:
-            self.client.hdel(self.outbox, *(f"{bid}:{epoch}" for bid, epoch in blocks))
+            target = self.client if pipe is None else pipe
+            target.hdel(self.outbox, *(f"{bid}:{epoch}" for bid, epoch in blocks))
 
     def unsent(self) -> dict[tuple[int, int], dict[str, Any]]:
         """Blocks recorded as dispatched whose messages were never confirmed sent."""
