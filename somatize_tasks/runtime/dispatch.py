@@ -11,10 +11,10 @@ ever waits on a result: every step is started by the one before it.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from celery import chain
@@ -24,15 +24,13 @@ from kombu.utils.uuid import uuid
 from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
 from somatize_tasks.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.context import PRODUCER, RunContext
+from somatize_tasks.runtime.message_parts import describe, node_shadow, scaled, split
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.values import Expr, refs_in
 
 NODE_TASK = "somatize.node.run"
 NODE_BATCH_TASK = "somatize.node.batch"
-#: A worker's ready blocks go out in at least this many messages (when there are
-#: that many), so a batch never leaves its worker's other slots idle.
-BATCH_SPREAD = 4
 #: A long publish checks every this many messages that the run is still active,
 #: and stops once it has failed or been cancelled.
 STILL_ACTIVE_EVERY = 32
@@ -106,7 +104,8 @@ class CeleryDispatcher:
     def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
         records = self._records()
         task_id, missing = self._record_one(block, epoch, input_expr, records)
-        if not missing and self._sent_with(records, block, epoch, input_expr, task_id):
+        send = partial(self._send, block, epoch, input_expr, task_id)
+        if not missing and self._sent_with(records, send, [(block.index, epoch)]):
             return
         records.execute()
         self._publish_one(block, epoch, input_expr, task_id, missing)
@@ -128,12 +127,13 @@ class CeleryDispatcher:
         return task_id, missing
 
     def _sent_with(
-        self, records: Any, block: Block, epoch: int, input_expr: Expr, task_id: str
+        self, records: Any, send: Callable[..., None], blocks: list[tuple[int, int]]
     ) -> bool:
-        """Publish the block in its records' own transaction, when the broker is the
-        Redis the run lives in (kombu_publish): records, message, ``task-sent``
-        event and the outbox's "sent" in one round trip, the records first. False
-        (nothing done) when it cannot: the caller records, then publishes."""
+        """Publish ``blocks`` (``send(producer=...)``) in their records' own transaction,
+        when the broker is the Redis the run lives in (kombu_publish): records,
+        messages, ``task-sent`` events and the outbox's "sent" in one round trip, the
+        records first. False (nothing done) when it cannot: the caller records, then
+        publishes."""
         settings = self.context.settings
         if settings.broker != settings.redis_url:
             return False
@@ -141,8 +141,8 @@ class CeleryDispatcher:
             if not can_publish_into(producer):
                 return False
             with publishing_into(producer, records):
-                self._send(block, epoch, input_expr, task_id, producer=producer)
-            self.state.sent([(block.index, epoch)], pipe=records)
+                send(producer=producer)
+            self.state.sent(blocks, pipe=records)
             records.execute()
         return True
 
@@ -176,7 +176,7 @@ class CeleryDispatcher:
                 continue
             ready.setdefault(worker, []).append(item)
             direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
-        batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
+        batches = [b for items in ready.values() for b in split(items, self._batch_max)]
         sends = []
         for batch in batches:
             task_id = uuid()
@@ -188,6 +188,10 @@ class CeleryDispatcher:
                     transfer_records=direct[id(item)],
                 )  # fmt: skip
             sends.append((batch, task_id))
+        if not singles and len(sends) <= STILL_ACTIVE_EVERY:  # a few messages: fold them in
+            blocks = [(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch]
+            if self._sent_with(records, partial(self._send_each, sends), blocks):
+                return
         records.execute()
         for (block, epoch, input_expr), task_id, missing in singles:
             self._publish_one(block, epoch, input_expr, task_id, missing)
@@ -202,12 +206,18 @@ class CeleryDispatcher:
                 if number and number % STILL_ACTIVE_EVERY == 0 and not self.state.is_active():
                     sends = sends[:number]  # the run failed or was cancelled meanwhile
                     break
-                if len(batch) == 1:
-                    block, epoch, input_expr = batch[0]
-                    self._send(block, epoch, input_expr, task_id, producer=producer)
-                else:
-                    self._send_batch(batch, task_id, producer)
+                self._send_each([(batch, task_id)], producer)
         self.state.sent([(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch])
+
+    def _send_each(
+        self, sends: list[tuple[list[tuple[Block, int, Expr]], str]], producer: Any
+    ) -> None:
+        for batch, task_id in sends:
+            if len(batch) == 1:
+                block, epoch, input_expr = batch[0]
+                self._send(block, epoch, input_expr, task_id, producer=producer)
+            else:
+                self._send_batch(batch, task_id, producer)
 
     @property
     def _batch_max(self) -> int:
@@ -244,7 +254,7 @@ class CeleryDispatcher:
     def _send(
         self, block: Block, epoch: int, input_expr: Expr, task_id: str, producer: Any = None
     ) -> None:
-        soft_s, hard_s = _scaled(self.program.time_limits_s, len(block.task_node_ids()))
+        soft_s, hard_s = scaled(self.program.time_limits_s, len(block.task_node_ids()))
         self.context.app.send_task(
             NODE_TASK,
             kwargs={
@@ -255,7 +265,7 @@ class CeleryDispatcher:
             },
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
-            kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
+            kwargsrepr=describe(self.run_id, block.task_node_ids(), epoch),
             shadow=node_shadow(block.task_node_ids()),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
@@ -267,7 +277,7 @@ class CeleryDispatcher:
         self, batch: list[tuple[Block, int, Expr]], task_id: str, producer: Any
     ) -> None:
         nodes = [n for block, _, _ in batch for n in block.task_node_ids()]
-        soft_s, hard_s = _scaled(self.program.time_limits_s, len(nodes))
+        soft_s, hard_s = scaled(self.program.time_limits_s, len(nodes))
         self.context.app.send_task(
             NODE_BATCH_TASK,
             kwargs={
@@ -276,7 +286,7 @@ class CeleryDispatcher:
             },
             queue=queue_name(batch[0][0].worker_id or ""),
             task_id=task_id,
-            kwargsrepr=_describe(self.run_id, nodes, batch[0][1]),
+            kwargsrepr=describe(self.run_id, nodes, batch[0][1]),
             shadow=node_shadow(nodes),
             soft_time_limit=soft_s,  # type: ignore[arg-type]
             time_limit=hard_s,  # type: ignore[arg-type]
@@ -360,35 +370,3 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
         "from_worker": ref.get("worker_id"), "to_worker": worker,
         "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
     })  # fmt: skip
-
-
-def node_shadow(nodes: list[str]) -> str:
-    """The name Flower lists a node task under (``node:train_svm``, ``node:a+b`` for
-    a block or batch of several, ``node:a+b+c+5 more`` past four); the task itself
-    stays ``somatize.node.run`` (or ``.batch``), so routing never depends on it."""
-    shown = nodes if len(nodes) <= 4 else [*nodes[:3], f"{len(nodes) - 3} more"]
-    return "node:" + "+".join(shown)
-
-
-def _scaled(
-    limits: tuple[float | None, float | None], nodes: int
-) -> tuple[float | None, float | None]:
-    """Per-node time limits for a task that runs ``nodes`` nodes (a fused chain)."""
-    return tuple(None if limit is None else limit * nodes for limit in limits)  # type: ignore[return-value]
-
-
-def _split(items: list[Any], most: int) -> list[list[Any]]:
-    """``items`` in about equal batches of at most ``most``, at least ``BATCH_SPREAD``
-    of them when there are that many items."""
-    count = min(len(items), max(math.ceil(len(items) / most), BATCH_SPREAD))
-    size = math.ceil(len(items) / count)
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _describe(run_id: str, nodes: list[str], epoch: int) -> str:
-    """What Flower shows for a node task's arguments: ids, never values."""
-    shown = nodes[0] if len(nodes) == 1 else "+".join(nodes[:8])
-    if len(nodes) > 8:
-        shown += f" (+{len(nodes) - 8} more)"
-    suffix = f" pass={epoch}" if epoch else ""
-    return f"run={run_id} node={shown}{suffix}"
