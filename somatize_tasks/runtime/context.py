@@ -21,14 +21,19 @@ from scheduler import ExecutionPlan
 from scheduler.gc_pause import gc_paused
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime import redis_scripts
 from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.program import Program, compile_program
 from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.runtime.starts import PendingStart, read_with_start
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import ArtifactRef, ArtifactStore
 from somatize_tasks.transfer import store_for
 
 PROGRAM_CACHE_SIZE = 128
+#: What a run's meta holds that its program is compiled from (see ``_compile``).
+PROGRAM_FIELDS = ("plan", "distribution", "params", "ops", "version", "time_limits",
+                  "predecessors", "mode", "labels", "states", "fused")  # fmt: skip
 PRODUCER = "producer"
 
 
@@ -71,21 +76,32 @@ class RunContext:
     def state(self, run_id: str) -> RedisRunState:
         return RedisRunState(self.redis, self.keys, run_id, self.settings.run_ttl_s)
 
-    def program(self, run_id: str, *, refresh: bool = False) -> Program | None:
+    def has_program(self, run_id: str) -> bool:
+        """Whether the run's program is compiled here already (no read needed)."""
+        with self._lock:
+            return run_id in self._programs
+
+    def program(
+        self, run_id: str, *, refresh: bool = False, start: PendingStart | None = None
+    ) -> Program | None:
         """The run's compiled plan (cached), or None if Redis no longer knows the run.
 
         ``refresh`` reloads it: the reaper re-placed nodes, so the
-        distribution's version moved on.
+        distribution's version moved on. ``start``: a block's ``mark_running``,
+        sent in the round trip that reads the plan if it must be read (see
+        :func:`~somatize_tasks.runtime.starts.read_with_start`).
         """
         with self._lock:
             cached = None if refresh else self._programs.get(run_id)
             if cached is not None:
                 self._programs.move_to_end(run_id)
                 return cached
-        raw = self.redis.hmget(
-            self.keys.run(run_id), "plan", "distribution", "params", "ops", "version",
-            "time_limits", "predecessors", "mode", "labels", "states", "fused",
-        )  # fmt: skip
+        key = self.keys.run(run_id)
+        if start is None:
+            raw = self.redis.hmget(key, *PROGRAM_FIELDS)
+        else:
+            mark = redis_scripts.registered(self.redis)["mark_running"]
+            raw = read_with_start(self.redis, key, PROGRAM_FIELDS, start, mark)
         if raw[0] is None:
             return None
         with gc_paused():

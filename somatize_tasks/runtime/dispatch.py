@@ -35,6 +35,9 @@ NODE_BATCH_TASK = "somatize.node.batch"
 #: and stops once it has failed or been cancelled.
 STILL_ACTIVE_EVERY = 32
 INPUT_READY_TASK = "somatize.run.input_ready"
+#: A node message names its block's node ids when it has at most this many (see
+#: ``tasks.run_node``); a long fused chain's start goes the usual way.
+START_NODES_MAX = 16
 TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
 
@@ -254,15 +257,14 @@ class CeleryDispatcher:
     def _send(
         self, block: Block, epoch: int, input_expr: Expr, task_id: str, producer: Any = None
     ) -> None:
-        soft_s, hard_s = scaled(self.program.time_limits_s, len(block.task_node_ids()))
+        nodes = block.task_node_ids()
+        soft_s, hard_s = scaled(self.program.time_limits_s, len(nodes))
+        kwargs = {"run_id": self.run_id, "block": block.index, "epoch": epoch, "input": input_expr}
+        if len(nodes) <= START_NODES_MAX:  # its start can ride with the program's read
+            kwargs["nodes"] = nodes
         self.context.app.send_task(
             NODE_TASK,
-            kwargs={
-                "run_id": self.run_id,
-                "block": block.index,
-                "epoch": epoch,
-                "input": input_expr,
-            },
+            kwargs=kwargs,
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
             kwargsrepr=describe(self.run_id, block.task_node_ids(), epoch),

@@ -46,12 +46,33 @@ def send_with_start(
         first = script(keys=keys, args=args)
     elif isinstance(first, Exception):
         raise first
-    if isinstance(second, NoScriptError):
-        second = mark(keys=start.keys, args=start.args)
-    if not isinstance(second, Exception):  # else the block marks itself when it runs
-        start.sent = True
-        start.version = None if int(second) < 0 else int(second)
+    _settle(start, second, mark)
     return first
+
+
+def read_with_start(
+    client: Redis[bytes], key: str, fields: tuple[str, ...], start: PendingStart, mark: Script
+) -> list[bytes | None]:
+    """``HMGET key fields``, then ``start``'s mark, in one round trip: a node task whose
+    run's program this process has not compiled yet starts while it reads it (the
+    first block of every run on every pool process)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(key, *fields)
+    pipe.evalsha(_sha(mark), len(start.keys), *start.keys, *start.args)
+    raw, second = pipe.execute(raise_on_error=False)
+    if isinstance(raw, Exception):
+        raise raw
+    _settle(start, second, mark)
+    return list(raw)
+
+
+def _settle(start: PendingStart, reply: Any, mark: Script) -> None:
+    """Record what the pipelined mark answered (sent again alone if Redis forgot it)."""
+    if isinstance(reply, NoScriptError):
+        reply = mark(keys=start.keys, args=start.args)
+    if not isinstance(reply, Exception):  # else the block marks itself when it runs
+        start.sent = True
+        start.version = None if int(reply) < 0 else int(reply)
 
 
 def _sha(script: Script) -> str:

@@ -126,14 +126,41 @@ def execute_block(
 
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
-def run_node(self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr) -> None:
-    """Run a plan block on this worker (see the module docstring)."""
+def run_node(
+    self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr,
+    nodes: list[str] | None = None,
+) -> None:  # fmt: skip
+    """Run a plan block on this worker (see the module docstring). ``nodes``, the
+    block's node ids when the message carries them, let its start ride in the round
+    trip that reads the run's program when this process has not compiled it yet."""
     context = run_context(self.app, settings_of(self.app))
     task_id = self.request.id or ""
     first = [_redelivered(self)]  # a redo after a Redis outage is no redelivery
-    _retrying(context, f"run {run_id} block {block}",
-              lambda: execute_block(context, run_id, block, epoch, input, task_id,
-                                    redelivered=bool(first and first.pop())))  # fmt: skip
+
+    def attempt() -> None:
+        redelivered = bool(first and first.pop())
+        started = None
+        if nodes and not redelivered and isinstance(nodes, list):
+            started = _start_reading(context, run_id, block, epoch, task_id, nodes)
+        execute_block(context, run_id, block, epoch, input, task_id, started=started,
+                      redelivered=redelivered)  # fmt: skip
+
+    _retrying(context, f"run {run_id} block {block}", attempt)
+
+
+def _start_reading(
+    context: RunContext, run_id: str, bid: int, epoch: int, task_id: str, nodes: list[str]
+) -> PendingStart | None:
+    """If the run's program must be read, mark ``nodes`` running in the same round trip;
+    the start to hand to :func:`execute_block` (None: the program was at hand)."""
+    if context.has_program(run_id):
+        return None
+    start = context.state(run_id).pending_start(
+        [str(n) for n in nodes], context.worker_id, bid, epoch, task_id,
+        history.start_line(context.worker_id, nodes, epoch), release_slot=True,
+    )  # fmt: skip
+    context.program(run_id, start=start)
+    return start
 
 
 def _redelivered(task: Task[Any, Any]) -> bool:

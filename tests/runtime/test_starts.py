@@ -9,9 +9,12 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
+from scheduler import load_plan
+from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.reservations import reservation_field, reservation_keys
+from somatize_tasks.runtime.context import run_context
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.state import LeafResult
 from somatize_tasks.runtime.submit import submit_plan
@@ -52,6 +55,21 @@ def test_a_stale_next_block_is_told_not_to_run(settings: Settings) -> None:
     state.record_leaf(0, 0, ["a"], result("a"))
     assert start.sent and start.version is None
     state.client.delete(*state.all_keys())
+
+
+def test_a_first_start_rides_with_the_program_read(settings: Settings) -> None:
+    context = run_context(create_app(settings), settings, "w1")
+    run_id = uuid.uuid4().hex[:12]
+    plan = load_plan({"Execute": {"node_id": "a"}})
+    context.redis.hset(context.keys.run(run_id),
+                       mapping={"status": "running", "plan": plan.model_dump_json(), "version": 2})
+    assert not context.has_program(run_id)
+    start = context.state(run_id).pending_start(["a"], "w1", 0, 0, "t1")
+    assert context.program(run_id, start=start) is not None and context.has_program(run_id)
+    assert start.sent and start.version == 2
+    nodes = context.keys.run(run_id, "nodes")
+    assert json.loads(context.redis.hget(nodes, "a") or b"{}")["state"] == "running"
+    context.redis.delete(*context.state(run_id).all_keys())
 
 
 @pytest.fixture
