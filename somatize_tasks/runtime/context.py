@@ -19,6 +19,7 @@ from redis import Redis
 
 from scheduler import ExecutionPlan
 from scheduler.gc_pause import gc_paused
+from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import redis_client
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime import redis_scripts
@@ -152,6 +153,14 @@ def _limits(raw: bytes | None) -> tuple[float | None, float | None]:
 
 _contexts: dict[tuple[int, int, str], RunContext] = {}
 _contexts_lock = threading.Lock()
+
+
+def producer_context(settings: Settings) -> RunContext:
+    """This process's producer context for ``settings`` (a new app only the first time:
+    :func:`run_context` keeps the first app it was given anyway)."""
+    with _contexts_lock:
+        found = _contexts.get((os.getpid(), id(settings), PRODUCER))
+    return found or run_context(create_app(settings), settings, PRODUCER)
 
 
 def run_context(app: Celery, settings: Settings, worker_id: str | None = None) -> RunContext:

@@ -15,10 +15,9 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from scheduler import DistributionPlan
-from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
-from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.context import RunContext, producer_context
 from somatize_tasks.runtime.outputs import OutputReader
 from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.reaper import Reaper
@@ -138,13 +137,14 @@ class PlanRun:
         # heartbeat TTL to notice): its first watch waits one interval, so a short
         # run's wait is a blocking pop, not a repair pass competing with its workers.
         self._next_watch = time.monotonic() + context.settings.heartbeat_interval_s * submitted
+        self._fresh = submitted
 
     @classmethod
     def attach(cls, run_id: str, settings: Settings | None = None) -> PlanRun:
         """Follow a run submitted elsewhere (another process, another machine)."""
         key_part("run id", run_id)
         settings = settings or Settings.from_env()
-        context = run_context(create_app(settings), settings, PRODUCER)
+        context = producer_context(settings)
         raw = reaching_redis(
             settings, lambda: context.redis.hget(context.keys.run(run_id), "distribution")
         )
@@ -210,6 +210,10 @@ class PlanRun:
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the run ends; its output, or an error saying why there is none."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._fresh and (timeout is None or timeout >= 0.01):
+            # Just submitted: it has not ended, or its end is in the "finished" list.
+            self._sleep_until_finished(min(1.0, timeout or 1.0))
+        self._fresh = False
         while True:
             status, output, error = reaching_redis(self._context.settings, self._ending)
             if status is None:

@@ -32,7 +32,6 @@ from scheduler import (
 )
 from scheduler.depth import check_value_depth
 from somatize_tasks.catalog import Catalog, default_catalog
-from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import (
     PlanInputError,  # noqa: F401 - re-exported (its old home)
@@ -40,7 +39,7 @@ from somatize_tasks.errors import (
 )
 from somatize_tasks.registry import Registry
 from somatize_tasks.reservations import reservations_of, unlock
-from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
+from somatize_tasks.runtime.context import RunContext, producer_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.elected import sweep_producer_cache
 from somatize_tasks.runtime.engine import Engine
@@ -139,7 +138,7 @@ def submit_plan(
     limits = RunLimits(deadline_s, max_node_deaths)
     document = check_request(plan, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
-    context = run_context(create_app(settings), settings, PRODUCER)
+    context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits)
     request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
@@ -204,7 +203,7 @@ def submit_study(
     for trial in trials:
         check_run_inputs(execution_plan, trial, ops, default_catalog, wire=True)
     settings = settings or Settings.from_env()
-    context = run_context(create_app(settings), settings, PRODUCER)
+    context = producer_context(settings)
     live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
     workers = [w.info for w in live]
     study = _place(
