@@ -90,8 +90,12 @@ class Heart:
         count_active: Callable[[], int] = count_node_jobs,
         poll_s: float = 0.05,
         held_tasks: Callable[[], tuple[str, ...] | None] = held_node_tasks,
+        on_restored: Callable[[], None] = lambda: None,
     ) -> None:
         self.registry = registry
+        #: Called after a beat that follows failed ones: Redis may have lost what
+        #: the worker wrote only once (a restart without persistence).
+        self.on_restored = on_restored
         self.describe = describe
         self.interval_s = interval_s
         self.count_active = count_active
@@ -146,6 +150,7 @@ class Heart:
             return
         if self._failing:
             log.info("heartbeat restored")
+            self.on_restored()
         self._failing = False
         self._last = seen
         self._due = time.monotonic() + self.interval_s
@@ -177,12 +182,17 @@ class HeartbeatStep(bootsteps.StartStopStep):
             )
 
         registry = Registry.from_settings(settings)
-        self.heart = Heart(registry, describe, settings.heartbeat_interval_s)
+
+        def announce() -> None:  # producers check it before submitting (signing.refusing_workers)
+            try:
+                registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
+            except RedisError as exc:
+                log.warning("could not announce this worker's message keys: %s", exc)
+
+        self.heart = Heart(registry, describe, settings.heartbeat_interval_s,
+                           on_restored=announce)  # fmt: skip
         self.heart.start()
-        try:  # producers check it before submitting (see signing.refusing_workers)
-            registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
-        except RedisError as exc:
-            log.warning("could not announce this worker's message keys: %s", exc)
+        announce()
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))
 
     def stop(self, parent: Any) -> None:

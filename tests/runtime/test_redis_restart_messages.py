@@ -6,6 +6,7 @@
   hour); one still running stays where it is.
 - A publish made while Redis is down (a transfer chain's next step, an
   errback) waits for it, as tasks do, instead of giving up after 0.6 s.
+- A worker writes its message key ids again once Redis is back.
 
 Each test has a redis-server of its own on a free port, never the shared one.
 """
@@ -24,8 +25,12 @@ import pytest
 from kombu import Connection, Consumer, Producer, Queue
 from redis import Redis
 
+from scheduler import WorkerInfo
 from somatize_tasks import kombu_compat
 from somatize_tasks.celery_app import create_app
+from somatize_tasks.heartbeat import Heart
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.registry import Registry
 from somatize_tasks.settings import Settings
 from tests.runtime.test_redis_restart import OwnRedis
 
@@ -108,3 +113,31 @@ def test_a_publish_while_redis_is_down_goes_out_when_it_is_back(own_redis: OwnRe
     sender.join(30)
     assert not sender.is_alive() and not errors, errors
     assert Redis.from_url(own_redis.url).llen("rq-publish") == 2
+
+
+def test_a_worker_announces_its_keys_again_after_redis_lost_them(own_redis: OwnRedis) -> None:
+    # A restart without persistence forgets what a worker wrote once at start (the
+    # message key ids producers check); the first beat after failed ones rewrites it.
+    registry = Registry(Redis.from_url(own_redis.url, socket_timeout=1), RedisKeys("hk"), 10)
+    announced: list[float] = []
+
+    def announce() -> None:
+        registry.announce_keys("w1", ["k1"])
+        announced.append(time.monotonic())
+
+    info = WorkerInfo(id="w1", name="w1", cpu_cores=1, max_concurrent=1)
+    heart = Heart(registry, lambda active: info, interval_s=0.2, on_restored=announce)
+    heart.start()
+    announce()
+    try:
+        own_redis.stop()
+        time.sleep(1.0)  # beats fail meanwhile
+        own_redis.start()
+        Redis.from_url(own_redis.url).flushall()  # as if it kept nothing
+        deadline = time.monotonic() + 10
+        while registry.accepted_keys(["w1"])["w1"] is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert registry.accepted_keys(["w1"]) == {"w1": ["k1"]}
+        assert len(announced) == 2
+    finally:
+        heart.stop(deregister=False)
