@@ -54,10 +54,21 @@ def unsent_blocks(
     return program, sorted(unsent)
 
 
-def stale_intents(state: RedisRunState, grace_s: float) -> dict[tuple[int, int], dict[str, Any]]:
-    """Completion intents older than ``grace_s``: their process died before its follow-up."""
+def stale_intents(
+    state: RedisRunState, grace_s: float, held: Callable[[set[str]], dict[str, Any]]
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """Completion intents older than ``grace_s`` whose process died before its follow-up.
+
+    One whose task its worker still reports holding (``held``: worker id -> the
+    task ids it holds, or None) is not stale but slow: its process is alive
+    and will record the follow-up itself (a redo could then race it).
+    """
     before = time.time() - grace_s
-    return {key: entry for key, entry in state.intents().items() if entry["at"] < before}
+    old = {key: entry for key, entry in state.intents().items() if entry["at"] < before}
+    owners = {str(entry["w"]) for entry in old.values() if entry.get("w")}
+    reports = held(owners) if owners else {}
+    return {key: entry for key, entry in old.items()
+            if entry.get("t") not in (reports.get(str(entry.get("w"))) or ())}  # fmt: skip
 
 
 def redo_follow_up(

@@ -79,6 +79,7 @@ def execute_block(
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
+    state.owner = (context.worker_id, task_id)  # in its completion's intent (runtime.outbox)
     if started is not None and started.sent:
         version = started.version
     else:
