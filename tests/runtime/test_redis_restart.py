@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
 
 from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.handle import PlanRun
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, free_port, wait_for
+from tests.conftest import WorkerFactory, wait_for
 from tests.runtime import run_nodes  # noqa: F401
+from tests.runtime.conftest import OwnRedis
 from tests.runtime.plans import ex, par, remote
 
 pytestmark = [
@@ -49,49 +47,6 @@ def _waiting(run: PlanRun) -> dict[str, Any]:
     waited["thread"] = threading.Thread(target=wait, daemon=True)
     waited["thread"].start()
     return waited
-
-
-class OwnRedis:
-    """A redis-server with an append-only file, which a test may stop and start again."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--dir", str(self.root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        assert wait_for(self.answers, 10), "redis-server did not start"
-
-    def answers(self) -> bool:
-        try:
-            return bool(Redis.from_url(self.url, socket_connect_timeout=0.2).ping())
-        except Exception:
-            return False
-
-    def stop(self) -> None:
-        """SIGTERM: Redis flushes its append-only file and exits."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_stays(

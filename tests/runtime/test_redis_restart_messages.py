@@ -17,8 +17,6 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,22 +30,12 @@ from somatize_tasks.heartbeat import Heart
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.registry import Registry
 from somatize_tasks.settings import Settings
-from tests.runtime.test_redis_restart import OwnRedis
+from tests.runtime.conftest import OwnRedis
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _receive(url: str, queue: Queue, count: int) -> tuple[Connection, Any, list[Any]]:
