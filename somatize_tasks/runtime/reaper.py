@@ -264,7 +264,7 @@ class _Repair:
     def _resume_intents(self) -> bool:
         """Redo the follow-up of completions whose process died before recording it."""
         stale = stale_intents(self.state, outbox_grace(self.settings),
-                              self.reaper.registry.held_tasks)  # fmt: skip
+                              self.reaper.registry.held_tasks, set(self.live))  # fmt: skip
         program = self.context.program(self.run_id, refresh=True) if stale else None
         if program is None:
             return False

@@ -88,15 +88,17 @@ def test_a_completion_whose_follow_up_was_never_recorded_is_followed_up(
 def test_an_intent_whose_task_is_still_held_is_slow_not_stale(settings: Settings) -> None:
     # Its process is alive (its worker reports the task) and will record the
     # follow-up itself; a redo would race it. Once the worker stops holding it (the
-    # process died), or never reported, the intent is redone.
+    # process died), never reported, or is dead itself, the intent is redone.
     context = run_context(create_app(settings), settings, "test")
     state = context.state(uuid.uuid4().hex[:12])
     entry = {"at": time.time() - 60, "w": "w1", "t": "task-1", "o": None}
     state.client.hset(state.outbox, "c:3:0", json.dumps(entry))
     try:
         holding = {"w1": frozenset({"task-1"})}
-        assert stale_intents(state, 5.0, lambda workers: holding) == {}
-        assert (3, 0) in stale_intents(state, 5.0, lambda workers: {"w1": frozenset()})
-        assert (3, 0) in stale_intents(state, 5.0, lambda workers: {"w1": None})
+        assert stale_intents(state, 5.0, lambda workers: holding, {"w1"}) == {}
+        assert (3, 0) in stale_intents(state, 5.0, lambda ws: {"w1": frozenset()}, {"w1"})
+        assert (3, 0) in stale_intents(state, 5.0, lambda workers: {"w1": None}, {"w1"})
+        # A dead worker's last report still names the task it died running.
+        assert (3, 0) in stale_intents(state, 5.0, lambda workers: holding, set())
     finally:
         state.client.delete(state.outbox)
