@@ -5,7 +5,8 @@ runs each shape on two real workers (2 slots each), waits for it to end and
 counts every key of the run exactly (``MEMORY USAGE key SAMPLES 0``), split
 by key (meta, node states, latest outputs, history, ...), over the plan's
 node count. Shapes: fork-joins of 200 and 2,000 no-ops, a fused chain of
-200, an unfused chain of 500 (as ``bench/check_simulate.py`` runs it), 20
+200, an unfused chain of 500 (as ``bench/check_simulate.py`` runs it), the
+same with its nodes on the two workers in turn (a transfer record each), 20
 chains of 10, and a loop whose 20-node body runs 5 passes.
 
     python -m bench.bench_size [--only unfused]
@@ -48,6 +49,17 @@ def loop(body: int) -> tuple[dict[str, Any], dict[str, Any]]:
         "carry_from": adds[-1],
     }}  # fmt: skip
     return plan, {n: {"k": 1.0 / body} for n in adds}
+
+
+def hopping_chain(n: int, workers: list[str]) -> dict[str, Any]:
+    """The unfused chain with its nodes pinned to the workers in turn: every value
+    crosses, so every node adds a transfer record."""
+    steps = unfused_chain(n)["Sequence"]
+    return {"Sequence": [
+        {"Remote": {"node_id": step["Execute"]["node_id"], "plan": step,
+                    "target": {"WorkerId": workers[i % len(workers)]}}}
+        for i, step in enumerate(steps)
+    ]}  # fmt: skip
 
 
 #: name -> (plan, params, fuse chains)
@@ -118,8 +130,10 @@ def main() -> None:
         filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])
     )
     rows = []
-    with bench_settings("bench-size") as (settings, root), two_workers(settings, root):
-        for name, (plan, params, fuse) in SHAPES.items():
+    with bench_settings("bench-size") as (settings, root), two_workers(settings, root) as f:
+        hops = hopping_chain(500, [w.worker_id for w in f.started])
+        for name, (plan, params, fuse) in {**SHAPES, "chain 500 unfused, hops": (hops, {}, False)
+                                           }.items():  # fmt: skip
             if args.only in name:
                 rows.append((name, *measure(settings, plan, params, fuse)))
     print(table(rows))
