@@ -1,4 +1,4 @@
-"""A finished run's two logs, folded into its meta hash, compressed.
+"""A finished run's two logs, folded into its meta hash, compressed (and its plan).
 
 Why: a run's history (each attempt's start and end, :mod:`somatize_tasks.history`)
 and its transfer records are append-only lists of JSON lines, one or two a node
@@ -8,6 +8,9 @@ read whole (the run's status, the timeline), and the lines repeat the same keys,
 worker names and leading digits of times, so zlib takes them down about tenfold.
 The process that ends a run folds each list into one field of the run's meta
 hash (:data:`FIELDS`) and deletes the list; the field expires with the meta.
+In the same step it compresses the meta's per-node JSON fields (:data:`PACKED`:
+the plan, its node ids, ...) as the distribution always is
+(:mod:`somatize_tasks.runtime.packing`; their readers ``unpack`` them).
 
 A line may still come after the fold: a node that was running when the run was
 cancelled records its failure. It lands in a new list (every writer of these
@@ -26,10 +29,15 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError, WatchError
 
+from somatize_tasks.runtime.packing import PREFIX, pack
+
 log = logging.getLogger(__name__)
 
 #: The list each meta field holds once the run has ended (``<p>:run:<id>:<part>``).
 FIELDS = {"history": "history_z", "transfers": "transfers_z"}
+#: Meta fields of a node or more each, read seldom and whole: compressed once the run ends.
+PACKED = ("plan", "node_ids", "params", "fused", "predecessors", "labels")
+_PACK_OVER = 64  # bytes: a shorter value ("{}", "[]") would only grow
 #: zlib's level: 3 packs a 10,000-node fork-join's two logs (20,000 history lines,
 #: 10,000 transfers) in ~9 ms to ~22 bytes a node; 6 takes ~25 ms for ~18.
 _LEVEL = 3
@@ -70,13 +78,17 @@ def _fold(pipe: Any, meta: str, lists: dict[str, str]) -> int:
     pipeline; its commands answer at once between WATCH and MULTI)."""
     fields = list(lists)
     pipe.watch(meta, *lists.values())
-    archived: list[bytes | None] = pipe.hmget(meta, fields)
+    found: list[bytes | None] = pipe.hmget(meta, [*fields, *PACKED])
     live: list[list[bytes]] = [pipe.lrange(lists[f], 0, -1) for f in fields]
-    packed = {f: pack_lines([*unpack_lines(old), *new])
+    archived, plain = found[: len(fields)], found[len(fields) :]
+    folded = {f: pack_lines([*unpack_lines(old), *new])
               for f, old, new in zip(fields, archived, live, strict=True) if new}  # fmt: skip
+    packed = {f: pack(raw.decode()) for f, raw in zip(PACKED, plain, strict=True)
+              if raw and len(raw) > _PACK_OVER and not raw.startswith(PREFIX)}  # fmt: skip
     pipe.multi()
-    if packed:
-        pipe.hset(meta, mapping=packed)
-        pipe.delete(*[lists[f] for f in packed])
+    if folded or packed:
+        pipe.hset(meta, mapping={**folded, **packed})
+    if folded:
+        pipe.delete(*[lists[f] for f in folded])
     pipe.execute()
     return sum(len(lines) for lines in live)

@@ -172,7 +172,7 @@ class PlanRun:
         if meta[0] is None:
             raise self._lost()
         run_state = meta[0].decode()
-        nodes = {n: NodeStatus("pending") for n in json.loads(meta[4] or b"[]")}
+        nodes = {n: NodeStatus("pending") for n in json.loads(unpack(meta[4] or b"[]"))}
         for key, raw in nodes_raw.items():
             data = json.loads(raw)
             nodes[key.decode()] = NodeStatus(

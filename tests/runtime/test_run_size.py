@@ -3,19 +3,22 @@
 Counted as ``bench/bench_size.py`` counts it: every key of the run, each by
 ``MEMORY USAGE key SAMPLES 0`` (exact). Before the run's logs were folded into
 its meta (:mod:`somatize_tasks.runtime.archive`) a finished fork-join kept
-~930 bytes a node; with them folded ~550.
+~930 bytes a node; with them folded (and its plan compressed) ~500.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 from redis import Redis
 
+from scheduler import ExecutionPlan
 from somatize_tasks.history import attempts, read_events
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.run_record import read_run
 from somatize_tasks.runtime.archive import FIELDS, fold_logs
 from somatize_tasks.runtime.handle import PlanRun
 from somatize_tasks.runtime.submit import submit_plan
@@ -65,6 +68,12 @@ def test_a_finished_run_keeps_under_1_kb_a_node_and_shows_everything(
     assert per_node <= MAX_BYTES_PER_NODE, (per_node, sizes)
     assert not client.exists(run._state.transfers)
     assert set(FIELDS.values()) <= {f.decode() for f in client.hkeys(run._state.meta)}
+    assert all(client.hget(run._state.meta, f).startswith(b"zlib:") for f in ("plan", "node_ids"))
+    program = run._context.program(run.id, refresh=True)  # as a late task reads the plan
+    assert program is not None and program.node_count == run.progress().total
+    assert read_run(settings, run.id).plan == json.loads(
+        ExecutionPlan.model_validate(plan).model_dump_json()
+    )
 
     status = PlanRun.attach(run.id, settings).status()  # as the CLI and dashboard read it
     assert len(status.nodes) == N + (2 if shape == "fork-join" else 0)
