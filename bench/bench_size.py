@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from redis import Redis
-
 from bench.bench_peers import chain, chains, ex, fork_join
-from bench.common import bench_settings
+from bench.common import bench_settings, finished_run_bytes
 from somatize_tasks import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import WorkerFactory
@@ -73,29 +70,13 @@ SHAPES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
 }
 
 
-def run_keys(client: Redis[bytes], prefix: str, run_id: str) -> dict[str, int]:
-    """Every key of the run and its exact size in bytes, by its part (``meta`` for
-    the run's hash itself)."""
-    base = f"{prefix}:run:{run_id}"
-    sizes: dict[str, int] = {}
-    for raw in client.scan_iter(match=f"{base}*", count=1000):
-        name = raw.decode()
-        part = name[len(base) + 1 :] or "meta"
-        sizes[part] = int(client.memory_usage(name, samples=0) or 0)
-    return sizes
-
-
 def measure(settings: Settings, plan: dict[str, Any], params: dict[str, Any], fuse: bool,
             input_value: Any = 0) -> tuple[int, dict[str, int]]:  # fmt: skip
     """Run ``plan`` to its end; its node count and what its keys keep."""
     run = submit_plan(plan, input=input_value, params=params, require_workers=True,
                       settings=settings.model_copy(update={"fuse_chains": fuse}))  # fmt: skip
     run.wait(timeout=600)
-    client, state = run._context.redis, run._state
-    folded = time.monotonic() + 30  # the run's last worker folds its logs right after its end
-    while client.exists(state.history) and time.monotonic() < folded:
-        time.sleep(0.05)
-    return run.progress().total, run_keys(client, settings.key_prefix, run.id)
+    return run.progress().total, finished_run_bytes(run)
 
 
 @contextmanager
