@@ -120,5 +120,6 @@ class RedisKeys:
 #: Every task that runs a plan node is named under this prefix; heartbeats
 #: count exactly these as a worker's ``active_jobs``.
 NODE_TASK_PREFIX = "somatize.node."
+TRANSFER_TASK_PREFIX = "somatize.transfer."
 TRANSFER_UPLOAD_TASK = "somatize.transfer.upload"
 TRANSFER_DOWNLOAD_TASK = "somatize.transfer.download"

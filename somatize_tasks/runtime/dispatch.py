@@ -10,21 +10,22 @@ ever waits on a result: every step is started by the one before it.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from celery import chain
-from celery.canvas import Signature
 from kombu.utils.uuid import uuid
 
-from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.keys import queue_name
 from somatize_tasks.runtime.context import PRODUCER, RunContext
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.runtime.transfer_chains import (
+    TransferChain,
+    transfer_record,
+)
 from somatize_tasks.runtime.values import Expr, refs_in
 
 NODE_TASK = "somatize.node.run"
@@ -35,8 +36,6 @@ BATCH_SPREAD = 4
 #: A long publish checks every this many messages that the run is still active,
 #: and stops once it has failed or been cancelled.
 STILL_ACTIVE_EVERY = 32
-INPUT_READY_TASK = "somatize.run.input_ready"
-TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
 
 class CeleryDispatcher:
@@ -100,27 +99,32 @@ class CeleryDispatcher:
 
     def _record_one(
         self, block: Block, epoch: int, input_expr: Expr, records: Any
-    ) -> tuple[str, list[dict[str, Any]]]:
-        """Record ``block`` as dispatched (into ``records``): its task id, what it misses."""
+    ) -> tuple[str, list[TransferChain]]:
+        """Record ``block`` as dispatched (into ``records``): its task id, and the
+        transfer chains it waits for (their step ids in its status)."""
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
+        chains = [TransferChain.plan(ref, worker, ref.get("worker_id") not in self._no_upload)
+                  for ref in missing]  # fmt: skip
+        status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
+        if chains:
+            status["chain"] = [pair for c in chains for pair in c.watched()]
         self.state.record_dispatch(
-            block.task_node_ids(), block.index, epoch, input_expr,
-            self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None),
+            block.task_node_ids(), block.index, epoch, input_expr, status,
             missing=len(missing), pipe=records,
             transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
         )  # fmt: skip
-        return task_id, missing
+        return task_id, chains
 
     def _publish_one(
         self, block: Block, epoch: int, input_expr: Expr, task_id: str,
-        missing: list[dict[str, Any]],
+        chains: list[TransferChain],
     ) -> None:  # fmt: skip
-        if not missing:
+        if not chains:
             self._send(block, epoch, input_expr, task_id)
-        for ref in missing:
-            self._transfer_chain(ref, block.worker_id or "", block, epoch, task_id).apply_async()
+        for transfer in chains:
+            transfer.signature(self.context.app, self.run_id, block, epoch, task_id).apply_async()
 
     def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
         """Every held block is recorded in one transaction (which also clears the
@@ -156,8 +160,8 @@ class CeleryDispatcher:
                 )  # fmt: skip
             sends.append((batch, task_id))
         records.execute()
-        for (block, epoch, input_expr), task_id, missing in singles:
-            self._publish_one(block, epoch, input_expr, task_id, missing)
+        for (block, epoch, input_expr), task_id, chains in singles:
+            self._publish_one(block, epoch, input_expr, task_id, chains)
         if singles:
             self.state.sent([(block.index, epoch) for (block, epoch, _), _, _ in singles])
         if sends:
@@ -275,58 +279,6 @@ class CeleryDispatcher:
             else:
                 missing.setdefault(f"{ref['node_id']}#{ref.get('iteration', 0)}", ref)
         return list(missing.values()), crossing
-
-    def _transfer_chain(
-        self, ref: dict[str, Any], worker: str, block: Block, epoch: int, task_id: str
-    ) -> chain:
-        app = self.context.app
-        steps: list[Signature] = []
-        source = ref.get("worker_id")
-        shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
-        route = f"{ref['node_id']} {source}->{worker}"
-        if source not in self._no_upload:
-            steps.append(
-                app.signature(
-                    TRANSFER_UPLOAD_TASK,
-                    args=(ref,),
-                    immutable=True,
-                    queue=queue_name(source or ""),
-                    argsrepr=shown,
-                    ignore_result=True,
-                    shadow=f"transfer:upload {route}",
-                )
-            )
-        steps.append(
-            app.signature(
-                TRANSFER_DOWNLOAD_TASK,
-                args=(ref,),
-                immutable=True,
-                queue=queue_name(worker),
-                argsrepr=shown,
-                ignore_result=True,
-                shadow=f"transfer:download {route}",
-            )
-        )
-        steps.append(app.signature(
-            INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
-            queue=queue_name(worker), argsrepr=shown, ignore_result=True,
-            shadow=f"transfer:ready {route}",
-        ))  # fmt: skip
-        failed = app.signature(
-            TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)
-        )
-        transfer = chain(*steps)
-        transfer.link_error(failed)  # fails the run, naming the store's error
-        return transfer
-
-
-def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
-    """One line of a run's transfer log (status, timeline)."""
-    return json.dumps({
-        "from_node": ref["node_id"], "to_node": block.task_node_ids()[0],
-        "from_worker": ref.get("worker_id"), "to_worker": worker,
-        "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
-    })  # fmt: skip
 
 
 def node_shadow(nodes: list[str]) -> str:

@@ -266,14 +266,15 @@ class RedisRunState(OutboxState):
         return self.start_next
 
     def transfer_arrived(
-        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str
-    ) -> int | None:
-        """Count one input in, once; the distribution version if it was the last one."""
+        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str,
+        arrival_id: str,
+    ) -> int | None:  # fmt: skip
+        """Count one input in, once; the distribution version if it was the last one
+        (again, to the same ``arrival_id`` doing it again while the block still waits)."""
         version = self._transfer_arrived(
             keys=[self.nodes, self.results, self.transfers, self.meta],
-            args=[
-                node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}", record
-            ],
+            args=[node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}",
+                  record, arrival_id],
         )  # fmt: skip
         return None if int(version) < 0 else int(version)
 
