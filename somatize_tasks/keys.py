@@ -24,7 +24,9 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
                                         params, ops, input, output, error, times,
-                                        limits (``deadline_at``, ``max_node_deaths``)
+                                        limits (``deadline_at``, ``max_node_deaths``);
+                                        once ended, ``history_z``/``transfers_z``:
+                                        those lists, folded (``runtime.archive``)
     ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
                                         task results (first wins), ``n:<node>:
                                         <epoch>`` outputs, ``s:`` loop signals,

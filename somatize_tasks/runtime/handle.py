@@ -20,6 +20,7 @@ from scheduler import DistributionPlan
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
+from somatize_tasks.runtime.archive import FIELDS, log_lines
 from somatize_tasks.runtime.context import PRODUCER, RunContext, run_context
 from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.outputs import OutputReader
@@ -167,14 +168,16 @@ class PlanRun:
     def status(self) -> RunStatus:
         client, state = self._context.redis, self._state
         pipe = client.pipeline()
-        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids")
+        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids",
+                   FIELDS["transfers"])  # fmt: skip
         pipe.hgetall(state.nodes)
         pipe.lrange(state.transfers, 0, -1)
         meta, nodes_raw, transfers = reaching_redis(self._context.settings, pipe.execute)
+        transfers = log_lines(meta[5], transfers)  # folded once the run ended
         if meta[0] is None:
             raise self._lost()
         run_state = meta[0].decode()
-        nodes = {n: NodeStatus("pending") for n in json.loads(meta[4] or b"[]")}
+        nodes = {n: NodeStatus("pending") for n in json.loads(unpack(meta[4] or b"[]"))}
         for key, raw in nodes_raw.items():
             data = json.loads(raw)
             nodes[key.decode()] = NodeStatus(
