@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import peer_nodes
-from bench.common import bench_settings
+from bench.common import bench_settings, finished_run_bytes
 from somatize_tasks import submit_plan
 from somatize_tasks.settings import Settings
 from tests.conftest import WorkerFactory
@@ -97,10 +97,7 @@ class Ours:
         run = submit_plan(fork_join(size) if kind == "fork" else chain(size),
                           settings=self.settings, require_workers=True)  # fmt: skip
         run.wait(timeout=600)
-        client = run._context.redis
-        keys = list(client.scan_iter(match=f"{self.settings.key_prefix}:run:{run.id}*"))
-        used = sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)  # exact, not sampled
-        return used / run.progress().total
+        return sum(finished_run_bytes(run).values()) / run.progress().total
 
     def close(self) -> None:
         self.factory.close()

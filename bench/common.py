@@ -1,16 +1,19 @@
-"""What the benchmarks share: a Redis to run against and settings for a throwaway cluster."""
+"""What the benchmarks share: a Redis to run against, settings for a throwaway cluster,
+and what a finished run keeps in it."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from somatize_tasks.runtime.handle import PlanRun
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.ram import ram_tier
 from tests.conftest import _answers, start_redis_server
@@ -44,3 +47,18 @@ def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path
         if server is not None:
             server.kill()
             server.wait()
+
+
+def finished_run_bytes(run: PlanRun, settle_s: float = 30.0) -> dict[str, int]:
+    """Every key of a finished run and its exact size (``MEMORY USAGE key SAMPLES 0``),
+    by its part (``meta`` for the run's hash), once its logs are folded: the run's
+    last worker does that right after the run's end (``runtime.archive``)."""
+    client, state = run._context.redis, run._state
+    folded = time.monotonic() + settle_s
+    while client.exists(state.history) and time.monotonic() < folded:
+        time.sleep(0.05)
+    sizes: dict[str, int] = {}
+    for raw in client.scan_iter(match=f"{state.meta}*", count=1000):
+        part = raw.decode()[len(state.meta) + 1 :] or "meta"
+        sizes[part] = int(client.memory_usage(raw, samples=0) or 0)
+    return sizes

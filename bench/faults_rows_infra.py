@@ -29,7 +29,8 @@ from bench.faults_rows import (
 from somatize_tasks import PlanRun
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.local_cluster.processes import wait_until
-from somatize_tasks.runtime.dispatch import NODE_TASK, TRANSFER_FAILED_TASK
+from somatize_tasks.runtime.dispatch import NODE_TASK
+from somatize_tasks.runtime.transfer_chains import TRANSFER_FAILED_TASK
 from tests.runtime.plans import ex, par, remote, seq
 
 FORGED = ["FORGED"]

@@ -28,6 +28,8 @@ WORKER_STEPS = (
     "somatize_tasks.heartbeat:HeartbeatStep",
     "somatize_tasks.runtime.elected:ReaperStep",
 )
+#: Consumer bootsteps (run each time the consumer connects to the broker).
+CONSUMER_STEPS = ("somatize_tasks.kombu_compat:RestoreAfterReconnect",)
 TASK_MODULES = ("somatize_tasks.transfer.tasks", "somatize_tasks.runtime.tasks")
 
 _SSL_CERT_REQS = {
@@ -94,6 +96,7 @@ class SomatizeCelery(Celery):
         self._somatize_settings = settings
         self.add_defaults(lambda: celery_config(self.somatize_settings))
         self.steps["worker"].update(WORKER_STEPS)
+        self.steps["consumer"].update(CONSUMER_STEPS)
 
     @property
     def somatize_settings(self) -> Settings:
@@ -143,6 +146,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
         "broker_connection_retry_on_startup": True,
+        # A publish that meets a Redis restart (a chain's next transfer step, an
+        # errback) waits for it as tasks do, instead of giving up after 0.6 s.
+        "task_publish_retry_policy": publish_retry_policy(settings.redis_retry_s),
         "result_extended": True,
         # Task results end with the run state they belong to (nothing unbounded).
         "result_expires": settings.run_ttl_s,
@@ -153,6 +159,19 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if settings.backend.startswith("rediss://"):
         config["redis_backend_use_ssl"] = _ssl_options(settings)
     return config
+
+
+def publish_retry_policy(retry_s: float) -> dict[str, float]:
+    """kombu's retry policy for publishing: pauses of 0.5 s growing by 0.5 s to 5 s,
+    as many as add up to at least ``retry_s`` (Celery's default gives up after
+    three tries in 0.6 s, so a chain step published during a Redis restart was
+    lost and its block waited for ``transfer_stall_s``)."""
+    pauses, waited = 0, 0.0
+    while waited < retry_s:
+        pauses += 1
+        waited += min(0.5 * pauses, 5.0)
+    return {"max_retries": max(pauses, 3), "interval_start": 0.5, "interval_step": 0.5,
+            "interval_max": 5.0}  # fmt: skip
 
 
 def create_app(settings: Settings | None = None) -> SomatizeCelery:

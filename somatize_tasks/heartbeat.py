@@ -8,7 +8,7 @@ negative. A thread polls that set every ``poll_s`` and writes a heartbeat
 when the count changes or an interval has passed; a clean shutdown removes
 the worker from the registry at once.
 
-Each heartbeat also reports the ids of the node tasks this worker holds
+Each heartbeat also reports the ids of the node tasks (and transfer steps) this worker holds
 (reserved, waiting for their ETA, or running: ``celery.worker.state.requests``),
 so the reaper can tell a node ``running`` or ``pending`` on a live worker
 that no longer has its message (see :mod:`somatize_tasks.runtime.orphans`).
@@ -28,9 +28,10 @@ from redis.exceptions import RedisError
 
 from scheduler import WorkerInfo
 from somatize_tasks.celery_app import settings_of
-from somatize_tasks.keys import NODE_TASK_PREFIX, queue_name
+from somatize_tasks.keys import NODE_TASK_PREFIX, TRANSFER_TASK_PREFIX, queue_name
 from somatize_tasks.machine import cpu_cores, detect_gpu
 from somatize_tasks.registry import Registry
+from somatize_tasks.runtime.transfer_chains import INPUT_READY_TASK
 from somatize_tasks.signing import accepted_key_ids
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,15 @@ log = logging.getLogger(__name__)
 MAX_REPORTED_TASKS = 1000
 
 
-def _node_requests(source: Iterable[Any]) -> list[Any]:
-    """The requests of ``somatize.node.*`` tasks in ``source``, by the task's own
-    name (``type``), not ``name``: a message's shadow name (``node:train_svm``,
-    what Flower shows) replaces ``name``."""
+#: The tasks a report names: node tasks, and the steps of transfer chains (a block
+#: waiting for its inputs is judged by its chain's steps: runtime.transfer_chains).
+REPORTED_PREFIXES = (NODE_TASK_PREFIX, TRANSFER_TASK_PREFIX, INPUT_READY_TASK)
+
+
+def _requests(source: Iterable[Any], prefixes: tuple[str, ...]) -> list[Any]:
+    """The requests in ``source`` of tasks named with one of ``prefixes``, by the
+    task's own name (``type``), not ``name``: a message's shadow name
+    (``node:train_svm``, what Flower shows) replaces ``name``."""
     for _ in range(10):
         try:
             snapshot = list(source)
@@ -52,21 +58,23 @@ def _node_requests(source: Iterable[Any]) -> list[Any]:
             continue
         return [
             request for request in snapshot
-            if str(getattr(request, "type", request.name)).startswith(NODE_TASK_PREFIX)
+            if str(getattr(request, "type", request.name)).startswith(prefixes)
         ]  # fmt: skip
     return []
 
 
 def count_node_jobs(requests: Iterable[Any] | None = None) -> int:
     """How many node tasks are executing (``active_requests``)."""
-    return len(_node_requests(worker_state.active_requests if requests is None else requests))
+    source = worker_state.active_requests if requests is None else requests
+    return len(_requests(source, (NODE_TASK_PREFIX,)))
 
 
 def held_node_tasks(requests: Iterable[Any] | None = None) -> tuple[str, ...] | None:
-    """The ids of every node task this worker holds (reserved, scheduled or running),
-    sorted; None when there are more than :data:`MAX_REPORTED_TASKS`."""
+    """The ids of every node and transfer-chain task this worker holds (reserved,
+    scheduled or running), sorted; None when there are more than
+    :data:`MAX_REPORTED_TASKS`."""
     source = worker_state.requests.values() if requests is None else requests
-    ids = sorted({str(request.id) for request in _node_requests(source)})
+    ids = sorted({str(request.id) for request in _requests(source, REPORTED_PREFIXES)})
     return None if len(ids) > MAX_REPORTED_TASKS else tuple(ids)
 
 
@@ -82,8 +90,12 @@ class Heart:
         count_active: Callable[[], int] = count_node_jobs,
         poll_s: float = 0.05,
         held_tasks: Callable[[], tuple[str, ...] | None] = held_node_tasks,
+        on_restored: Callable[[], None] = lambda: None,
     ) -> None:
         self.registry = registry
+        #: Called after a beat that follows failed ones: Redis may have lost what
+        #: the worker wrote only once (a restart without persistence).
+        self.on_restored = on_restored
         self.describe = describe
         self.interval_s = interval_s
         self.count_active = count_active
@@ -138,6 +150,7 @@ class Heart:
             return
         if self._failing:
             log.info("heartbeat restored")
+            self.on_restored()
         self._failing = False
         self._last = seen
         self._due = time.monotonic() + self.interval_s
@@ -169,12 +182,17 @@ class HeartbeatStep(bootsteps.StartStopStep):
             )
 
         registry = Registry.from_settings(settings)
-        self.heart = Heart(registry, describe, settings.heartbeat_interval_s)
+
+        def announce() -> None:  # producers check it before submitting (signing.refusing_workers)
+            try:
+                registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
+            except RedisError as exc:
+                log.warning("could not announce this worker's message keys: %s", exc)
+
+        self.heart = Heart(registry, describe, settings.heartbeat_interval_s,
+                           on_restored=announce)  # fmt: skip
         self.heart.start()
-        try:  # producers check it before submitting (see signing.refusing_workers)
-            registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
-        except RedisError as exc:
-            log.warning("could not announce this worker's message keys: %s", exc)
+        announce()
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))
 
     def stop(self, parent: Any) -> None:

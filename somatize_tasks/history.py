@@ -9,8 +9,10 @@ One list per run, ``<p>:run:<id>:history``. A block's start and end events
 ride in the scripts that mark it running and record its result (no round
 trip of their own); a failure is pushed on its own. Each write is ``RPUSH``,
 ``LTRIM`` to the newest :data:`MAX_EVENTS` and ``EXPIRE`` to the run's TTL,
-so the list is bounded and goes away with the run. A failure's line is best
-effort: losing it must never fail a node.
+so the list is bounded and goes away with the run. When the run ends, the
+list is folded into the run's meta, compressed (:mod:`somatize_tasks.runtime.archive`);
+:func:`read_events` reads both. A failure's line is best effort: losing it
+must never fail a node.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.archive import FIELDS, log_lines
 
 if TYPE_CHECKING:
     from somatize_tasks.runtime.context import RunContext
@@ -95,8 +98,13 @@ def record_failure(
 
 
 def read_events(client: Redis[bytes], keys: RedisKeys, run_id: str) -> list[dict[str, Any]]:
-    """The run's events, oldest first (empty for a run from before this module)."""
-    return [json.loads(raw) for raw in client.lrange(history_key(keys, run_id), 0, -1)]
+    """The run's events, oldest first (empty for a run from before this module):
+    those folded into its meta when it ended, then any pushed since, in one transaction."""
+    pipe = client.pipeline()
+    pipe.hget(keys.run(run_id), FIELDS["history"])
+    pipe.lrange(history_key(keys, run_id), 0, -1)
+    archived, live = pipe.execute()
+    return [json.loads(raw) for raw in log_lines(archived, live)]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
                                         params, ops, input, output, error, times,
-                                        limits (``deadline_at``, ``max_node_deaths``)
+                                        limits (``deadline_at``, ``max_node_deaths``);
+                                        once ended, ``history_z``/``transfers_z``:
+                                        those lists, folded (``runtime.archive``)
     ``<p>:run:<id>:results``    HASH    dispatcher state: ``b:<block>:<epoch>``
                                         task results (first wins), ``n:<node>:
                                         <epoch>`` outputs, ``s:`` loop signals,
@@ -118,5 +120,6 @@ class RedisKeys:
 #: Every task that runs a plan node is named under this prefix; heartbeats
 #: count exactly these as a worker's ``active_jobs``.
 NODE_TASK_PREFIX = "somatize.node."
+TRANSFER_TASK_PREFIX = "somatize.transfer."
 TRANSFER_UPLOAD_TASK = "somatize.transfer.upload"
 TRANSFER_DOWNLOAD_TASK = "somatize.transfer.download"

@@ -12,11 +12,19 @@ reconnecting (seen with kombu 5.7).
 - A task that was running across the restart is acknowledged (or rejected)
   when it ends, on the channel it was received on (``QoS.ack``/``reject``).
 
-Skipping either is safe: the message stays in kombu's unacked index (in
+Skipping an ack is safe: the message stays in kombu's unacked index (in
 Redis, if Redis kept its data) and kombu's periodic sweep restores it once
 the visibility timeout passes; a redelivered copy of a finished node is
-dropped by ``mark_running`` (the node is done), and somatize's reaper
-re-dispatches lost nodes anyway.
+dropped by ``mark_running`` (the node is done).
+
+Skipping the restore is not, by itself: Celery forgets the messages it had
+received but not started when the connection drops (it expects the broker
+to hand them out again), and with Redis that happens only after the
+visibility timeout, an hour. A transfer's last step lost that way left its
+block waiting for ``transfer_stall_s``. So the tags are kept, and
+:class:`RestoreAfterReconnect` (a consumer bootstep, run each time the
+consumer connects) puts those messages back on their queues, except the
+ones a pool process is still running.
 
 A third guard is for what someone pushed onto a queue by hand: kombu parses
 each item it pops (``BRPOP``) as a JSON envelope and builds a message from
@@ -36,7 +44,11 @@ import logging
 from queue import Empty
 from typing import Any
 
+from celery import bootsteps
+from celery.worker.state import active_requests
 from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
 _original_restore = kombu_redis.QoS.restore_unacked
@@ -46,6 +58,11 @@ _original_loads = getattr(kombu_redis, "loads")  # noqa: B009  # not in its stub
 _original_deliver = kombu_redis.Transport._deliver
 #: How much of a malformed item a log line quotes.
 SHOWN_CHARS = 120
+#: At most this many delivery tags wait for a connection to come back (bounded).
+DEFERRED_MAX = 10_000
+_deferred: set[str] = set()
+#: What a restore meets when Redis is away.
+BROKER_LOST = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def _closed(qos: Any) -> bool:
@@ -54,9 +71,45 @@ def _closed(qos: Any) -> bool:
 
 def _restore_unacked(self: Any, client: Any = None) -> Any:
     if client is None and getattr(self.channel.connection, "client", None) is None:
-        log.warning("broker connection already gone; unacked messages will be restored later")
-        return None
-    return _original_restore(self, client)
+        return _defer(self)
+    try:
+        return _original_restore(self, client)
+    except BROKER_LOST:
+        return _defer(self)
+
+
+def _defer(qos: Any) -> None:
+    """Keep the tags of what ``qos`` received and did not ack, for :func:`restore_deferred`."""
+    tags = [str(tag) for tag in qos._delivered]
+    if len(_deferred) + len(tags) <= DEFERRED_MAX:
+        _deferred.update(tags)
+    log.warning("broker connection already gone; %d received message(s) go back on their "
+                "queues when it returns", len(tags))  # fmt: skip
+
+
+def restore_deferred(channel: Any, running: set[str]) -> int:
+    """Put back on their queues the messages a closed channel could not, except
+    the ``running`` ones (their task will end, and ack, here); how many."""
+    tags = [tag for tag in _deferred if tag not in running]
+    _deferred.clear()
+    for tag in tags:
+        channel.qos.restore_by_tag(tag)  # a tag acked meanwhile is simply gone
+    return len(tags)
+
+
+class RestoreAfterReconnect(bootsteps.StartStopStep):
+    """Consumer bootstep: after each (re)connection, :func:`restore_deferred`."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, c: Any) -> None:
+        if not _deferred:
+            return
+        running = {str(r.message.delivery_tag) for r in tuple(active_requests)}
+        restored = restore_deferred(c.task_consumer.channel, running)
+        if restored:
+            log.warning("put back %d message(s) received before the broker connection "
+                        "dropped and never started", restored)  # fmt: skip
 
 
 def _ack(self: Any, delivery_tag: Any) -> None:

@@ -18,6 +18,7 @@ from somatize_tasks.connections import reaching_redis, redis_client
 from somatize_tasks.history import read_events
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
+from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.settings import Settings
 
 
@@ -40,5 +41,5 @@ def read_run(settings: Settings, run_id: str, client: Redis[bytes] | None = None
                 client.hmget(keys.run(run_id), ["plan", "params"]))  # fmt: skip
 
     history, (plan, params) = reaching_redis(settings, more)
-    return RunRecord(status, history, json.loads(plan) if plan else None,
-                     json.loads(params) if params else None)  # fmt: skip
+    return RunRecord(status, history, json.loads(unpack(plan)) if plan else None,
+                     json.loads(unpack(params)) if params else None)  # fmt: skip

@@ -105,6 +105,7 @@ class RunContext:
             raw = read_with_start(self.redis, key, PROGRAM_FIELDS, start, mark)
         if raw[0] is None:
             return None
+        raw = [r and unpack(r) for r in raw]  # compressed once the run ended (runtime.archive)
         with gc_paused():
             program = self._compile(raw)
         self.remember(run_id, program)

@@ -10,35 +10,37 @@ ever waits on a result: every step is started by the one before it.
 
 from __future__ import annotations
 
-import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from celery import chain
-from celery.canvas import Signature
 from kombu.utils.uuid import uuid
 
-from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.keys import queue_name
 from somatize_tasks.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.context import PRODUCER, RunContext
-from somatize_tasks.runtime.message_parts import describe, node_shadow, scaled, split
 from somatize_tasks.runtime.program import Block, Program
 from somatize_tasks.runtime.redis_state import RedisRunState
+from somatize_tasks.runtime.transfer_chains import (
+    TransferChain,
+    transfer_record,
+)
 from somatize_tasks.runtime.values import Expr, refs_in
 
 NODE_TASK = "somatize.node.run"
 NODE_BATCH_TASK = "somatize.node.batch"
+#: A worker's ready blocks go out in at least this many messages (when there are
+#: that many), so a batch never leaves its worker's other slots idle.
+BATCH_SPREAD = 4
 #: A long publish checks every this many messages that the run is still active,
 #: and stops once it has failed or been cancelled.
 STILL_ACTIVE_EVERY = 32
-INPUT_READY_TASK = "somatize.run.input_ready"
 #: A node message names its block's node ids when it has at most this many (see
 #: ``tasks.run_node``); a long fused chain's start goes the usual way.
 START_NODES_MAX = 16
-TRANSFER_FAILED_TASK = "somatize.run.transfer_failed"
 
 
 class CeleryDispatcher:
@@ -106,28 +108,33 @@ class CeleryDispatcher:
 
     def _dispatch_one(self, block: Block, epoch: int, input_expr: Expr) -> None:
         records = self._records()
-        task_id, missing = self._record_one(block, epoch, input_expr, records)
+        task_id, chains = self._record_one(block, epoch, input_expr, records)
         send = partial(self._send, block, epoch, input_expr, task_id)
-        if not missing and self._sent_with(records, send, [(block.index, epoch)]):
+        if not chains and self._sent_with(records, send, [(block.index, epoch)]):
             return
         records.execute()
-        self._publish_one(block, epoch, input_expr, task_id, missing)
+        self._publish_one(block, epoch, input_expr, task_id, chains)
         self.state.sent([(block.index, epoch)])
 
     def _record_one(
         self, block: Block, epoch: int, input_expr: Expr, records: Any
-    ) -> tuple[str, list[dict[str, Any]]]:
-        """Record ``block`` as dispatched (into ``records``): its task id, what it misses."""
+    ) -> tuple[str, list[TransferChain]]:
+        """Record ``block`` as dispatched (into ``records``): its task id, and the
+        transfer chains it waits for (their step ids in its status)."""
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
+        chains = [TransferChain.plan(ref, worker, ref.get("worker_id") not in self._no_upload)
+                  for ref in missing]  # fmt: skip
+        status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
+        if chains:
+            status["chain"] = [pair for c in chains for pair in c.watched()]
         self.state.record_dispatch(
-            block.task_node_ids(), block.index, epoch, input_expr,
-            self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None),
+            block.task_node_ids(), block.index, epoch, input_expr, status,
             missing=len(missing), pipe=records,
             transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
         )  # fmt: skip
-        return task_id, missing
+        return task_id, chains
 
     def _sent_with(
         self, records: Any, send: Callable[..., None], blocks: list[tuple[int, int]]
@@ -151,12 +158,12 @@ class CeleryDispatcher:
 
     def _publish_one(
         self, block: Block, epoch: int, input_expr: Expr, task_id: str,
-        missing: list[dict[str, Any]],
+        chains: list[TransferChain],
     ) -> None:  # fmt: skip
-        if not missing:
+        if not chains:
             self._send(block, epoch, input_expr, task_id)
-        for ref in missing:
-            self._transfer_chain(ref, block.worker_id or "", block, epoch, task_id).apply_async()
+        for transfer in chains:
+            transfer.signature(self.context.app, self.run_id, block, epoch, task_id).apply_async()
 
     def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
         """Every held block is recorded in one transaction (which also clears the
@@ -179,7 +186,7 @@ class CeleryDispatcher:
                 continue
             ready.setdefault(worker, []).append(item)
             direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
-        batches = [b for items in ready.values() for b in split(items, self._batch_max)]
+        batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
         sends = []
         for batch in batches:
             task_id = uuid()
@@ -196,8 +203,8 @@ class CeleryDispatcher:
             if self._sent_with(records, partial(self._send_each, sends), blocks):
                 return
         records.execute()
-        for (block, epoch, input_expr), task_id, missing in singles:
-            self._publish_one(block, epoch, input_expr, task_id, missing)
+        for (block, epoch, input_expr), task_id, chains in singles:
+            self._publish_one(block, epoch, input_expr, task_id, chains)
         if singles:
             self.state.sent([(block.index, epoch) for (block, epoch, _), _, _ in singles])
         if sends:
@@ -258,7 +265,7 @@ class CeleryDispatcher:
         self, block: Block, epoch: int, input_expr: Expr, task_id: str, producer: Any = None
     ) -> None:
         nodes = block.task_node_ids()
-        soft_s, hard_s = scaled(self.program.time_limits_s, len(nodes))
+        soft_s, hard_s = _scaled(self.program.time_limits_s, len(nodes))
         kwargs = {"run_id": self.run_id, "block": block.index, "epoch": epoch, "input": input_expr}
         if len(nodes) <= START_NODES_MAX:  # its start can ride with the program's read
             kwargs["nodes"] = nodes
@@ -267,7 +274,7 @@ class CeleryDispatcher:
             kwargs=kwargs,
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
-            kwargsrepr=describe(self.run_id, block.task_node_ids(), epoch),
+            kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
             shadow=node_shadow(block.task_node_ids()),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
@@ -279,7 +286,7 @@ class CeleryDispatcher:
         self, batch: list[tuple[Block, int, Expr]], task_id: str, producer: Any
     ) -> None:
         nodes = [n for block, _, _ in batch for n in block.task_node_ids()]
-        soft_s, hard_s = scaled(self.program.time_limits_s, len(nodes))
+        soft_s, hard_s = _scaled(self.program.time_limits_s, len(nodes))
         self.context.app.send_task(
             NODE_BATCH_TASK,
             kwargs={
@@ -288,7 +295,7 @@ class CeleryDispatcher:
             },
             queue=queue_name(batch[0][0].worker_id or ""),
             task_id=task_id,
-            kwargsrepr=describe(self.run_id, nodes, batch[0][1]),
+            kwargsrepr=_describe(self.run_id, nodes, batch[0][1]),
             shadow=node_shadow(nodes),
             soft_time_limit=soft_s,  # type: ignore[arg-type]
             time_limit=hard_s,  # type: ignore[arg-type]
@@ -321,54 +328,34 @@ class CeleryDispatcher:
                 missing.setdefault(f"{ref['node_id']}#{ref.get('iteration', 0)}", ref)
         return list(missing.values()), crossing
 
-    def _transfer_chain(
-        self, ref: dict[str, Any], worker: str, block: Block, epoch: int, task_id: str
-    ) -> chain:
-        app = self.context.app
-        steps: list[Signature] = []
-        source = ref.get("worker_id")
-        shown = f"run={self.run_id} node={ref['node_id']} {source}->{worker}"
-        route = f"{ref['node_id']} {source}->{worker}"
-        if source not in self._no_upload:
-            steps.append(
-                app.signature(
-                    TRANSFER_UPLOAD_TASK,
-                    args=(ref,),
-                    immutable=True,
-                    queue=queue_name(source or ""),
-                    argsrepr=shown,
-                    ignore_result=True,
-                    shadow=f"transfer:upload {route}",
-                )
-            )
-        steps.append(
-            app.signature(
-                TRANSFER_DOWNLOAD_TASK,
-                args=(ref,),
-                immutable=True,
-                queue=queue_name(worker),
-                argsrepr=shown,
-                ignore_result=True,
-                shadow=f"transfer:download {route}",
-            )
-        )
-        steps.append(app.signature(
-            INPUT_READY_TASK, args=(self.run_id, block.index, epoch, ref, task_id), immutable=True,
-            queue=queue_name(worker), argsrepr=shown, ignore_result=True,
-            shadow=f"transfer:ready {route}",
-        ))  # fmt: skip
-        failed = app.signature(
-            TRANSFER_FAILED_TASK, args=(self.run_id, block.index, epoch, task_id)
-        )
-        transfer = chain(*steps)
-        transfer.link_error(failed)  # fails the run, naming the store's error
-        return transfer
+
+def node_shadow(nodes: list[str]) -> str:
+    """The name Flower lists a node task under (``node:train_svm``, ``node:a+b`` for
+    a block or batch of several, ``node:a+b+c+5 more`` past four); the task itself
+    stays ``somatize.node.run`` (or ``.batch``), so routing never depends on it."""
+    shown = nodes if len(nodes) <= 4 else [*nodes[:3], f"{len(nodes) - 3} more"]
+    return "node:" + "+".join(shown)
 
 
-def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
-    """One line of a run's transfer log (status, timeline)."""
-    return json.dumps({
-        "from_node": ref["node_id"], "to_node": block.task_node_ids()[0],
-        "from_worker": ref.get("worker_id"), "to_worker": worker,
-        "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
-    })  # fmt: skip
+def _scaled(
+    limits: tuple[float | None, float | None], nodes: int
+) -> tuple[float | None, float | None]:
+    """Per-node time limits for a task that runs ``nodes`` nodes (a fused chain)."""
+    return tuple(None if limit is None else limit * nodes for limit in limits)  # type: ignore[return-value]
+
+
+def _split(items: list[Any], most: int) -> list[list[Any]]:
+    """``items`` in about equal batches of at most ``most``, at least ``BATCH_SPREAD``
+    of them when there are that many items."""
+    count = min(len(items), max(math.ceil(len(items) / most), BATCH_SPREAD))
+    size = math.ceil(len(items) / count)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _describe(run_id: str, nodes: list[str], epoch: int) -> str:
+    """What Flower shows for a node task's arguments: ids, never values."""
+    shown = nodes[0] if len(nodes) == 1 else "+".join(nodes[:8])
+    if len(nodes) > 8:
+        shown += f" (+{len(nodes) - 8} more)"
+    suffix = f" pass={epoch}" if epoch else ""
+    return f"run={run_id} node={shown}{suffix}"

@@ -9,15 +9,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from scheduler import DistributionPlan
 from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
+from somatize_tasks.runtime.archive import FIELDS, log_lines
 from somatize_tasks.runtime.context import RunContext, producer_context
+from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.outputs import OutputReader
 from somatize_tasks.runtime.packing import unpack
 from somatize_tasks.runtime.reaper import Reaper
@@ -27,6 +31,7 @@ from somatize_tasks.settings import Settings, redacted_url
 from somatize_tasks.store import key_part
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class NodeFailedError(RunError):
@@ -37,10 +42,11 @@ class NodeFailedError(RunError):
         self.node_id = str(detail.get("node_id"))
         self.worker_id = str(detail.get("worker_id"))
         self.remote_traceback = str(detail.get("traceback", ""))
+        where = "" if detail.get("node_id") is None else (
+            f"node '{self.node_id}' on worker '{self.worker_id}' raised ")  # fmt: skip
+        shown = f"\n\nRemote traceback:\n{self.remote_traceback}" if self.remote_traceback else ""
         super().__init__(
-            f"run {run_id} failed: node '{self.node_id}' on worker '{self.worker_id}' raised "
-            f"{detail.get('type')}: {detail.get('message')}\n\n"
-            f"Remote traceback:\n{self.remote_traceback}"
+            f"run {run_id} failed: {where}{detail.get('type')}: {detail.get('message')}{shown}"
         )
 
 
@@ -168,14 +174,16 @@ class PlanRun:
     def status(self) -> RunStatus:
         client, state = self._context.redis, self._state
         pipe = client.pipeline()
-        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids")
+        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids",
+                   FIELDS["transfers"])  # fmt: skip
         pipe.hgetall(state.nodes)
         pipe.lrange(state.transfers, 0, -1)
         meta, nodes_raw, transfers = reaching_redis(self._context.settings, pipe.execute)
+        transfers = log_lines(meta[5], transfers)  # folded once the run ended
         if meta[0] is None:
             raise self._lost()
         run_state = meta[0].decode()
-        nodes = {n: NodeStatus("pending") for n in json.loads(meta[4] or b"[]")}
+        nodes = {n: NodeStatus("pending") for n in json.loads(unpack(meta[4] or b"[]"))}
         for key, raw in nodes_raw.items():
             data = json.loads(raw)
             nodes[key.decode()] = NodeStatus(
@@ -208,14 +216,20 @@ class PlanRun:
         return Progress(int(done), int(total))
 
     def wait(self, timeout: float | None = None) -> Any:
-        """Block until the run ends; its output, or an error saying why there is none."""
+        """Block until the run ends; its output, or an error saying why there is none.
+
+        A Redis restart while waiting is ridden out, as workers do: for up to
+        ``SOMATIZE_REDIS_RETRY_S`` (and never past ``timeout``), then the
+        error names the server.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._fresh and (timeout is None or timeout >= 0.01):
             # Just submitted: it has not ended, or its end is in the "finished" list.
-            self._sleep_until_finished(min(1.0, timeout or 1.0))
+            first = partial(self._sleep_until_finished, min(1.0, timeout or 1.0))
+            self._through_outage(first, deadline)
         self._fresh = False
         while True:
-            status, output, error = reaching_redis(self._context.settings, self._ending)
+            status, output, error = self._through_outage(self._ending, deadline)
             if status is None:
                 raise self._lost()
             if status in FINAL_STATES:
@@ -223,16 +237,23 @@ class PlanRun:
             remaining = 1.0 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise RunTimeoutError(f"run {self.id} still running after {timeout} s")
-            self.watch()
-            self._sleep_until_finished(min(1.0, remaining))
+            self._through_outage(self.watch, deadline)
+            self._through_outage(partial(self._sleep_until_finished, min(1.0, remaining)), deadline)
 
     def _sleep_until_finished(self, timeout_s: float) -> None:
         """Block on the run's "finished" list for at most ``timeout_s``."""
+        self._context.redis.blpop([self._state.finished], timeout=timeout_s)
 
-        def block() -> object:
-            return self._context.redis.blpop([self._state.finished], timeout=timeout_s)
-
-        reaching_redis(self._context.settings, block)
+    def _through_outage(self, call: Callable[[], T], deadline: float | None) -> T:
+        """``call()``; on a lost Redis, wait for it (within the retry budget and the
+        caller's deadline) and call again, else the error naming the server."""
+        budget_s = self._context.settings.redis_retry_s
+        if deadline is not None:
+            budget_s = max(0.0, min(budget_s, deadline - time.monotonic()))
+        client = self._context.redis
+        settings = self._context.settings
+        return reaching_redis(settings, lambda: through_redis_outages(
+            client, budget_s, call, f"run {self.id}: wait"))  # fmt: skip
 
     def _ending(self) -> tuple[str | None, bytes | None, bytes | None]:
         """The run's status with its output and error (set when it ends): one round trip."""

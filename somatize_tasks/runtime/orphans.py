@@ -14,11 +14,15 @@ for the workers of all suspects, however many runs they belong to):
   waiting for an ETA, or running; ``<p>:workers:tasks``, see
   :mod:`somatize_tasks.heartbeat`).
 - A node is a *suspect* when it is ``running`` (or ``pending`` with its
-  message published: not waiting for transfers or a recomputation) on a
-  live worker, for at least one heartbeat TTL, and its task id is not in
-  that worker's report. A pending suspect whose message may still be in the
-  worker's queue (the queue holds it, or is too long to look through:
+  message published: not waiting for a recomputation) on a live worker, for
+  at least one heartbeat TTL, and its task id is not in that worker's
+  report. A pending suspect whose message may still be in the worker's
+  queue (the queue holds it, or is too long to look through:
   :data:`QUEUE_SCAN_MAX`) is not one: the worker is busy, not orphaning it.
+- A node waiting for its transfers is judged by its chains' steps instead
+  (``chain`` in its status, :mod:`~somatize_tasks.runtime.transfer_chains`):
+  a suspect when no step is in its worker's report or queue (a step's
+  message can vanish when Redis dies just as a consumer pops it).
 - A suspect seen again at least one heartbeat TTL after it was first
   noticed is *orphaned* (the worker has reported since, so the report is
   not merely late). Notes are kept in the watcher's memory: a new watcher
@@ -74,11 +78,11 @@ class OrphanWatch:
             self._noticed.pop(key)
         if not suspects:
             return []
-        held = self._held({s["worker"] for s in suspects.values()})
+        held = self._held({worker for s in suspects.values() for worker, _ in _watched(s)})
         now = time.monotonic()
         found = []
         for node_id, status in suspects.items():
-            if not self._missing(status, held.get(status["worker"])):
+            if not self._missing(status, held):
                 continue
             key = (run_id, node_id, status["task_id"])
             first = noticed_before.get(key, now)
@@ -104,18 +108,25 @@ class OrphanWatch:
                 continue
             state = status.get("state")
             running = state == "running" and status.get("started_at", now) < young
-            queued = (state == "pending" and not status.get("waiting_for")
-                      and status.get("queued_at", now) < young)  # fmt: skip
+            waiting = status.get("waiting_for")
+            judged = not waiting or (waiting == "transfers" and bool(status.get("chain")))
+            queued = state == "pending" and judged and status.get("queued_at", now) < young
             if running or queued:
                 found[node_id] = status
         return found
 
-    def _missing(self, status: dict[str, Any], held: frozenset[str] | None) -> bool:
-        """The worker reported, without this task, and (if pending) its queue lacks it."""
-        task_id = status["task_id"]
-        if held is None or task_id in held:
+    def _missing(self, status: dict[str, Any], held: dict[str, frozenset[str] | None]) -> bool:
+        """No task behind the node: none of its tasks (the node's own, or its transfer
+        chains' steps) is in its worker's report, nor (if pending) in its queue. A
+        worker that sent no report is never judged."""
+        watched = _watched(status)
+        if any(held.get(worker) is None for worker, _ in watched):
             return False
-        return status["state"] == "running" or not self._queued(status["worker"], task_id)
+        if any(task_id in (held.get(worker) or ()) for worker, task_id in watched):
+            return False
+        if status["state"] == "running":
+            return True
+        return not any(self._queued(worker, task_id) for worker, task_id in watched)
 
     def _queued(self, worker_id: str, task_id: str) -> bool:
         """Whether the worker's queue may still hold the task's message."""
@@ -127,3 +138,11 @@ class OrphanWatch:
             return True
         needle = task_id.encode()
         return any(needle in message for message in self.client.lrange(queue, 0, -1))
+
+
+def _watched(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(worker, task id)`` of the tasks behind a node: its transfer chains' steps
+    while it waits for them, else its own task."""
+    if status.get("waiting_for") == "transfers":
+        return [(str(worker), str(task_id)) for worker, task_id in status.get("chain", ())]
+    return [(str(status["worker"]), str(status["task_id"]))]

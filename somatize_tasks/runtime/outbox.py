@@ -54,10 +54,23 @@ def unsent_blocks(
     return program, sorted(unsent)
 
 
-def stale_intents(state: RedisRunState, grace_s: float) -> dict[tuple[int, int], dict[str, Any]]:
-    """Completion intents older than ``grace_s``: their process died before its follow-up."""
+def stale_intents(
+    state: RedisRunState, grace_s: float, held: Callable[[set[str]], dict[str, Any]],
+    live: set[str],
+) -> dict[tuple[int, int], dict[str, Any]]:  # fmt: skip
+    """Completion intents older than ``grace_s`` whose process died before its follow-up.
+
+    One whose task a ``live`` worker still reports holding (``held``: worker id ->
+    the task ids it holds, or None) is not stale but slow: its process is alive
+    and will record the follow-up itself (a redo could then race it). A dead
+    worker's last report still names the task it died running: not asked.
+    """
     before = time.time() - grace_s
-    return {key: entry for key, entry in state.intents().items() if entry["at"] < before}
+    old = {key: entry for key, entry in state.intents().items() if entry["at"] < before}
+    owners = {str(entry["w"]) for entry in old.values() if entry.get("w")} & live
+    reports = held(owners) if owners else {}
+    return {key: entry for key, entry in old.items()
+            if entry.get("t") not in (reports.get(str(entry.get("w"))) or ())}  # fmt: skip
 
 
 def redo_follow_up(

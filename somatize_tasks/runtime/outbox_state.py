@@ -41,6 +41,9 @@ class OutboxState:
     ttl_s: int
     #: The intent this process's completion left and its follow-up has not cleared yet.
     intent: str | None = None
+    #: (worker id, task id) of the task completing blocks here; written into its
+    #: intents, so a watcher leaves alone one whose task its worker still holds.
+    owner: tuple[str, str] | None = None
 
     def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
         pipe.hset(self.outbox, f"{bid}:{epoch}", _dumps({"task_id": task_id, "at": time.time()}))
@@ -76,7 +79,8 @@ class OutboxState:
     def _intent_args(self, bid: int, epoch: int, **follow_up: Any) -> list[str]:
         """The two script arguments that leave an intent; remembered to clear later."""
         self.intent = f"{INTENT}{bid}:{epoch}"
-        return [self.intent, _dumps({"at": time.time(), **follow_up})]
+        owner = {"w": self.owner[0], "t": self.owner[1]} if self.owner else {}
+        return [self.intent, _dumps({"at": time.time(), **owner, **follow_up})]
 
     def _clear_intent(self, pipe: Any) -> None:
         """The follow-up is being recorded in ``pipe``: the intent goes with it."""

@@ -52,7 +52,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from redis import Redis
@@ -128,6 +128,22 @@ class Reaper:
     def _live(self) -> dict[str, WorkerInfo]:
         return {info.id: info for info in self.registry.live_infos()}
 
+    def judges_deaths(self) -> bool:
+        """Whether an expired heartbeat means a dead worker now. Not while Redis is
+        younger than two heartbeat TTLs: after a restart (with its data kept),
+        every heartbeat looks expired until its worker reconnects and beats again,
+        and re-placing live workers' nodes then only duplicates their work."""
+        uptime_s = self.context.redis.info("server").get("uptime_in_seconds")
+        ttl_s = self.settings.heartbeat_ttl_s
+        return uptime_s is None or float(uptime_s) >= max(2 * ttl_s, ttl_s + 2)
+
+
+class _Everyone:
+    """Every worker counts as alive (Redis just restarted: see ``judges_deaths``)."""
+
+    def __contains__(self, worker: object) -> bool:
+        return True
+
 
 class _Repair:
     """One repair of one run (see the module docstring)."""
@@ -138,7 +154,8 @@ class _Repair:
         self.context = reaper.context
         self.run_id = run_id
         self.live = live
-        self.alive = set(live) | reaper.alive
+        self.alive: Container[str] = (set(live) | reaper.alive if reaper.judges_deaths()
+                                      else _Everyone())  # fmt: skip
         self.state: RedisRunState = reaper.context.state(run_id)
         self.redis: Redis[bytes] = reaper.context.redis
 
@@ -246,7 +263,8 @@ class _Repair:
 
     def _resume_intents(self) -> bool:
         """Redo the follow-up of completions whose process died before recording it."""
-        stale = stale_intents(self.state, outbox_grace(self.settings))
+        stale = stale_intents(self.state, outbox_grace(self.settings),
+                              self.reaper.registry.held_tasks, set(self.live))  # fmt: skip
         program = self.context.program(self.run_id, refresh=True) if stale else None
         if program is None:
             return False

@@ -8,6 +8,7 @@ job. The rules that end a run return a :class:`Failure`.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ class Failure:
                 "message": self.message, "traceback": ""}  # fmt: skip
 
 
-def stranded(nodes: Nodes, alive: set[str] | frozenset[str]) -> list[str]:
+def stranded(nodes: Nodes, alive: Container[str]) -> list[str]:
     """Nodes pending or running on a worker whose heartbeat expired."""
     return [
         node_id
@@ -50,7 +51,7 @@ def stranded(nodes: Nodes, alive: set[str] | frozenset[str]) -> list[str]:
 
 
 def starved(
-    state: RedisRunState, nodes: Nodes, alive: set[str], stall_before: float
+    state: RedisRunState, nodes: Nodes, alive: Container[str], stall_before: float
 ) -> tuple[set[tuple[int, int]], set[str]]:
     """Blocks waiting for a transfer whose source worker died, or for too long
     (queued before ``stall_before``), and the dead source workers.

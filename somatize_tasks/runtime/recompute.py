@@ -11,6 +11,8 @@ them and publishes those whose inputs are all back.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from somatize_tasks.runtime.context import RunContext
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.engine import Engine
@@ -25,7 +27,7 @@ class Redispatcher:
 
     def __init__(
         self, context: RunContext, state: RedisRunState, program: Program,
-        dispatcher: CeleryDispatcher, alive: set[str],
+        dispatcher: CeleryDispatcher, alive: Container[str],
     ) -> None:  # fmt: skip
         self.context = context
         self.state = state

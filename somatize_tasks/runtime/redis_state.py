@@ -11,7 +11,8 @@ signals) is refreshed to the run's TTL by every write and deleted when the
 run ends; what a finished run keeps (its meta, node states, latest outputs,
 transfers, fitted states) expires with it. While the run runs, the reaper
 renews them all (:meth:`RedisRunState.keep_alive`). Each output is stored once, in
-``latest``.
+``latest``. The process that ends a run folds its history and transfers into
+its meta (:mod:`somatize_tasks.runtime.archive`; ``python -m bench.bench_size``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from somatize_tasks.history import MAX_EVENTS, history_key
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.reservations import reservation_field, reservation_keys
 from somatize_tasks.runtime import redis_scripts as scripts
+from somatize_tasks.runtime.archive import FIELDS, fold_logs
 from somatize_tasks.runtime.outbox_state import OutboxState
 from somatize_tasks.runtime.packing import pack
 from somatize_tasks.runtime.starts import PendingStart, send_with_start
@@ -264,14 +266,15 @@ class RedisRunState(OutboxState):
         return self.start_next
 
     def transfer_arrived(
-        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str
-    ) -> int | None:
-        """Count one input in, once; the distribution version if it was the last one."""
+        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str,
+        arrival_id: str,
+    ) -> int | None:  # fmt: skip
+        """Count one input in, once; the distribution version if it was the last one
+        (again, to the same ``arrival_id`` doing it again while the block still waits)."""
         version = self._transfer_arrived(
             keys=[self.nodes, self.results, self.transfers, self.meta],
-            args=[
-                node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}", record
-            ],
+            args=[node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}",
+                  record, arrival_id],
         )  # fmt: skip
         return None if int(version) < 0 else int(version)
 
@@ -286,6 +289,13 @@ class RedisRunState(OutboxState):
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
         keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
                 self.transfers, self.states, self.latest_outputs, self.outbox, self.history]
+        ended = self._finish_run(keys, args)
+        if ended:  # its history and transfers, compressed into the meta (runtime.archive)
+            fold_logs(self.client, self.meta, {FIELDS["history"]: self.history,
+                                               FIELDS["transfers"]: self.transfers})  # fmt: skip
+        return ended
+
+    def _finish_run(self, keys: list[str], args: list[Any]) -> bool:
         if self.intent is None:
             return bool(self._finish(keys=keys, args=args))
         pipe = self.client.pipeline(transaction=False)  # the run's last completion's intent
@@ -319,8 +329,9 @@ class RedisRunState(OutboxState):
         pipe.hset(self.results, f"i:{bid}:{epoch}", _dumps(input_expr))
         if missing:
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
-        if transfer_records:
+        if transfer_records:  # the TTL too: the run may have ended and folded the list
             pipe.rpush(self.transfers, *transfer_records)
+            pipe.expire(self.transfers, self.ttl_s)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
         pipe.expire(self.results, self.ttl_s)
         self._into_outbox(pipe, bid, epoch, status["task_id"])

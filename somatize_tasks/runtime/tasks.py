@@ -31,19 +31,17 @@ from somatize_tasks.celery_app import settings_of
 from somatize_tasks.errors import SomatizeError
 from somatize_tasks.runtime.context import RunContext, run_context
 from somatize_tasks.runtime.deaths import fail_for_deaths, poisoned_redelivery
-from somatize_tasks.runtime.dispatch import (
-    INPUT_READY_TASK,
-    NODE_BATCH_TASK,
-    NODE_TASK,
-    TRANSFER_FAILED_TASK,
-    CeleryDispatcher,
-    transfer_record,
-)
+from somatize_tasks.runtime.dispatch import NODE_BATCH_TASK, NODE_TASK, CeleryDispatcher
 from somatize_tasks.runtime.engine import Engine
 from somatize_tasks.runtime.leaf import run_block
 from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.recompute import finish_recompute
 from somatize_tasks.runtime.starts import PendingStart
+from somatize_tasks.runtime.transfer_chains import (
+    INPUT_READY_TASK,
+    TRANSFER_FAILED_TASK,
+    transfer_record,
+)
 from somatize_tasks.runtime.values import Expr
 
 log = logging.getLogger(__name__)
@@ -81,6 +79,7 @@ def execute_block(
     block = engine.program.blocks[bid]
     nodes = block.task_node_ids()
     state = dispatcher.state
+    state.owner = (context.worker_id, task_id)  # in its completion's intent (runtime.outbox)
     if started is not None and started.sent:
         version = started.version
     else:
@@ -221,14 +220,21 @@ def input_ready(
 ) -> None:
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
+    arrival_id = self.request.id or ""
     _retrying(context, f"run {run_id} input of block {block}",
-              lambda: arrive(context, run_id, block, epoch, ref, task_id))  # fmt: skip
+              lambda: arrive(context, run_id, block, epoch, ref, task_id, arrival_id))  # fmt: skip
 
 
 def arrive(
-    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
-) -> None:
-    """Count one arrived input of ``block``; publish the block if it was the last."""
+    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str,
+    arrival_id: str,
+) -> None:  # fmt: skip
+    """Count one arrived input of ``block``; publish the block if it was the last.
+
+    Done again after a Redis outage (``arrival_id`` is this task's own id), the
+    count is not repeated, but if it was the last the block is still published:
+    the first attempt's reply may have been lost with the connection.
+    """
     found = _engine(context, run_id)
     if found is None:
         return
@@ -238,7 +244,7 @@ def arrive(
     record = transfer_record(ref, target, context.worker_id, "s3")
     ref_key = f"{ref['node_id']}#{ref.get('iteration', 0)}"
     version = state.transfer_arrived(
-        target.task_node_ids()[0], task_id, block, epoch, ref_key, record
+        target.task_node_ids()[0], task_id, block, epoch, ref_key, record, arrival_id
     )
     if version is None:
         return  # more inputs to come, a stale chain, or a duplicate delivery

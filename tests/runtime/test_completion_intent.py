@@ -4,7 +4,9 @@ reaper redoes the follow-up of one whose process died before recording it."""
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.runtime.context import run_context
 from somatize_tasks.runtime.dispatch import CeleryDispatcher
-from somatize_tasks.runtime.outbox import outbox_grace
+from somatize_tasks.runtime.outbox import outbox_grace, stale_intents
 from somatize_tasks.runtime.redis_state import RedisRunState
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.runtime.tasks import execute_block
@@ -81,3 +83,22 @@ def test_a_completion_whose_follow_up_was_never_recorded_is_followed_up(
     assert run.wait(timeout=40) == expected  # wait() takes part in repairs
     assert time.monotonic() - started >= outbox_grace(settings) - 1
     assert not left & set(state.intents()), "the reaper claimed the intent it redid"
+
+
+def test_an_intent_whose_task_is_still_held_is_slow_not_stale(settings: Settings) -> None:
+    # Its process is alive (its worker reports the task) and will record the
+    # follow-up itself; a redo would race it. Once the worker stops holding it (the
+    # process died), never reported, or is dead itself, the intent is redone.
+    context = run_context(create_app(settings), settings, "test")
+    state = context.state(uuid.uuid4().hex[:12])
+    entry = {"at": time.time() - 60, "w": "w1", "t": "task-1", "o": None}
+    state.client.hset(state.outbox, "c:3:0", json.dumps(entry))
+    try:
+        holding = {"w1": frozenset({"task-1"})}
+        assert stale_intents(state, 5.0, lambda workers: holding, {"w1"}) == {}
+        assert (3, 0) in stale_intents(state, 5.0, lambda ws: {"w1": frozenset()}, {"w1"})
+        assert (3, 0) in stale_intents(state, 5.0, lambda workers: {"w1": None}, {"w1"})
+        # A dead worker's last report still names the task it died running.
+        assert (3, 0) in stale_intents(state, 5.0, lambda workers: holding, set())
+    finally:
+        state.client.delete(state.outbox)

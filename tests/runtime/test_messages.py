@@ -23,8 +23,9 @@ from somatize_tasks.celery_app import create_app
 from somatize_tasks.errors import MessageKeyError
 from somatize_tasks.keys import queue_name
 from somatize_tasks.runtime.context import run_context
-from somatize_tasks.runtime.dispatch import NODE_TASK, TRANSFER_FAILED_TASK
+from somatize_tasks.runtime.dispatch import NODE_TASK
 from somatize_tasks.runtime.submit import submit_plan
+from somatize_tasks.runtime.transfer_chains import TRANSFER_FAILED_TASK
 from somatize_tasks.settings import Settings
 from somatize_tasks.signing import key_id
 from tests.conftest import WorkerFactory, WorkerProcess, wait_for

@@ -10,20 +10,22 @@ ack path must not take the worker down).
 
 from __future__ import annotations
 
+import logging
 import shutil
-import subprocess
+import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from redis import Redis
 
 from somatize_tasks.registry import Registry
+from somatize_tasks.runtime.handle import PlanRun
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, free_port, wait_for
+from tests.conftest import WorkerFactory, wait_for
 from tests.runtime import run_nodes  # noqa: F401
+from tests.runtime.conftest import OwnRedis
 from tests.runtime.plans import ex, par, remote
 
 pytestmark = [
@@ -32,52 +34,25 @@ pytestmark = [
 ]
 
 
-class OwnRedis:
-    """A redis-server with an append-only file, which a test may stop and start again."""
+def _waiting(run: PlanRun) -> dict[str, Any]:
+    """``run.wait`` in a thread of its own: its value or error lands in the dict."""
+    waited: dict[str, Any] = {}
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--dir", str(self.root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        assert wait_for(self.answers, 10), "redis-server did not start"
-
-    def answers(self) -> bool:
+    def wait() -> None:
         try:
-            return bool(Redis.from_url(self.url, socket_connect_timeout=0.2).ping())
-        except Exception:
-            return False
+            waited["value"] = run.wait(timeout=40)
+        except Exception as exc:  # judged by the test
+            waited["error"] = exc
 
-    def stop(self) -> None:
-        """SIGTERM: Redis flushes its append-only file and exits."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    waited["thread"] = threading.Thread(target=wait, daemon=True)
+    waited["thread"].start()
+    return waited
 
 
 def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_stays(
-    own_redis: OwnRedis, tmp_path: Path
+    own_redis: OwnRedis, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="somatize_tasks.runtime.reaper")
     settings = Settings(
         redis_url=own_redis.url, key_prefix="aof", heartbeat_interval_s=0.5,
         store_kind="local", store_dir=tmp_path / "store", cache_dir=tmp_path / "cache",
@@ -94,12 +69,21 @@ def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_sta
                                require_workers=True)
             for value, tag in ((1, "wa"), (2, "wb"))
         }  # fmt: skip
+        # Free to go anywhere: a watcher that took the workers for dead when Redis
+        # came back (their heartbeats expired meanwhile) would move these nodes.
+        spread = submit_plan(par(ex("rt_sleep"), ex("rt_sleep_2")), input=3,
+                             params={"rt_sleep": {"s": 4}, "rt_sleep_2": {"s": 4}},
+                             settings=settings, require_workers=True)  # fmt: skip
+        # The producer waits across the outage: wait() rides it out, as tasks do.
+        expected = {1: 1, 2: 2, 3: {"rt_sleep": 3, "rt_sleep_2": 3}}
+        waits = {value: _waiting(run) for value, run in [*runs.items(), (3, spread)]}
         time.sleep(0.6)  # every node is sleeping now
         own_redis.stop()
         time.sleep(2.5)  # the nodes end while Redis is down
         own_redis.start()
-        for value, run in runs.items():
-            assert run.wait(timeout=45) == value
+        for value, waited in waits.items():
+            waited["thread"].join(45)
+            assert waited.get("value") == expected[value], waited
         registry = Registry.from_settings(settings)
         live = lambda: {w.info.id for w in registry.live()} == {w.worker_id for w in workers}  # noqa: E731
         assert wait_for(live, 20), [w.log()[-2000:] for w in workers]
@@ -112,5 +96,7 @@ def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_sta
         assert all(worker.proc.poll() is None for worker in workers), logs[-4000:]
         assert "Unrecoverable error" not in logs
         assert "lost Redis" in logs and "Redis is back; doing it again" in logs
+        taken_for_dead = "dead worker" in logs + caplog.text
+        assert not taken_for_dead, "a live worker was taken for dead after the restart"
     finally:
         factory.close()
