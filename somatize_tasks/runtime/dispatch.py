@@ -38,6 +38,10 @@ BATCH_SPREAD = 4
 #: A long publish checks every this many messages that the run is still active,
 #: and stops once it has failed or been cancelled.
 STILL_ACTIVE_EVERY = 32
+#: Up to this many ready messages ride in their records' transaction; more are
+#: published one by one after it, so the first starts while the rest are built
+#: (folding 32 held a 2,000-branch fan-out's first message back ~20 ms).
+FOLD_SENDS_MAX = 8
 #: A node message names its block's node ids when it has at most this many (see
 #: ``tasks.run_node``); a long fused chain's start goes the usual way.
 START_NODES_MAX = 16
@@ -198,7 +202,7 @@ class CeleryDispatcher:
                     transfer_records=direct[id(item)],
                 )  # fmt: skip
             sends.append((batch, task_id))
-        if not singles and len(sends) <= STILL_ACTIVE_EVERY:  # a few messages: fold them in
+        if not singles and len(sends) <= FOLD_SENDS_MAX:  # a few messages: fold them in
             blocks = [(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch]
             if self._sent_with(records, partial(self._send_each, sends), blocks):
                 return
