@@ -40,9 +40,7 @@ def live_and_reserved(
     return registry.parse_read(live)[1], reserved
 
 
-def reserve_checking_keys(
-    context: RunContext, run_id: str, distribution: DistributionPlan
-) -> None:
+def reserve_checking_keys(context: RunContext, run_id: str, distribution: DistributionPlan) -> None:
     """Reserve the run's slots and refuse it if its workers would drop its messages (a
     key mismatch; its reservations are then forgotten), in one round trip."""
     workers = sorted({a.worker_id for a in distribution.assignments})
