@@ -211,6 +211,15 @@ def wait_for(predicate: object, timeout_s: float, interval_s: float = 0.05) -> b
     return bool(predicate())  # type: ignore[operator]
 
 
+def wait_idle(settings: Settings, timeout_s: float = 10.0) -> None:
+    """Until every live worker reports no node running: a run's ``wait`` returns
+    while its last task is still ending, and a test whose assertions depend on
+    where placement puts nodes must not see its workers still busy with the
+    previous test's run (the heartbeat reports the slot free a moment later)."""
+    registry = Registry.from_settings(settings)
+    assert wait_for(lambda: all(w.info.active_jobs == 0 for w in registry.live()), timeout_s)
+
+
 @dataclass
 class WorkerFactory:
     """Starts worker processes for a test session; :meth:`close` kills them all."""

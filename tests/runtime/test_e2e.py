@@ -20,7 +20,7 @@ from somatize_tasks.registry import Registry
 from somatize_tasks.runtime.handle import NodeFailedError, PlanRun, RunCancelledError
 from somatize_tasks.runtime.submit import NoWorkersError, submit_plan, submit_study
 from somatize_tasks.settings import Settings
-from tests.conftest import REPO, WorkerProcess, wait_for
+from tests.conftest import REPO, WorkerProcess, wait_for, wait_idle
 from tests.runtime import run_nodes  # noqa: F401  (the local fallback needs the catalog here)
 from tests.runtime.plans import (
     BRANCH,
@@ -45,6 +45,7 @@ def test_fork_join_branches_run_on_different_workers_and_values_cross_through_s3
     settings: Settings, two_workers: Workers
 ) -> None:
     gpu, cpu = two_workers
+    wait_idle(settings)  # placement spreads the branches over free slots
     run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
     assert run.wait(timeout=60) == FORK_JOIN_OUTPUT
     status = run.status()

@@ -11,7 +11,7 @@ import pytest
 from somatize_tasks.runtime.handle import NodeFailedError
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_idle
 from tests.runtime import soma_nodes
 from tests.runtime.plans import ex, par, remote, seq
 from tests.runtime.test_cli_runs import cli, write
@@ -68,6 +68,7 @@ def test_graph_edges_decide_inputs_and_transfers_across_workers(
                ex("sm_pair"), ex("sm_describe"))  # fmt: skip
     preds = {"sm_times10": ["sm_inc"], "rt_double": ["sm_inc"],
              "sm_pair": ["sm_times10", "rt_double"], "sm_describe": ["sm_inc"]}  # fmt: skip
+    wait_idle(settings)  # placement spreads the branches over free slots
     run = submit_plan({"plan": plan, "predecessors": preds}, input=1, settings=settings,
                       require_workers=True)  # fmt: skip
     assert run.wait(timeout=60) == "float:2.0"  # a skip edge: sm_describe reads sm_inc
