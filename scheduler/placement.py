@@ -1,10 +1,10 @@
 """``schedule()`` and ``schedule_study()``: placing every node of a plan.
 
-The rules live with the walk that applies them (:mod:`scheduler.walk`);
-this module sets a walk up, runs it and handles what comes before and
-after: no usable workers, a local fallback, studies, and the data-flow
-questions (:func:`data_edges`, :func:`exit_nodes`) answered by a walk over
-one pseudo-worker.
+The rules live with the walk that applies them (:mod:`scheduler.walk` and
+the modules it names); this module sets a walk up, runs it and handles
+what comes before and after: no usable workers, a local fallback, studies,
+and the data-flow questions (:func:`data_edges`, :func:`exit_nodes`)
+answered by a walk over one pseudo-worker.
 """
 
 from __future__ import annotations
