@@ -101,11 +101,16 @@ class Reaper:
         self.registry = Registry.from_settings(context.settings, context.redis)
         self.orphans = OrphanWatch(self.registry, context.redis, self.settings.heartbeat_ttl_s)
         self._release = context.redis.register_script(_RELEASE)
+        #: Whether this sweep takes expired heartbeats for dead workers (see
+        #: :meth:`judges_deaths`; read once with the live workers).
+        self.judging_deaths = True
 
     def sweep(self) -> list[str]:
         """Repair every active run that needs it; the ids of the runs repaired."""
         live = self._live()
         raw = self.context.redis.smembers(self.context.keys.active_runs)
+        if raw:
+            self.judging_deaths = self.judges_deaths()  # once a sweep, not once a run
         active = {run_id.decode() for run_id in raw}
         self.orphans.forget_runs_except(active)
         self.orphans.new_sweep()
@@ -119,6 +124,7 @@ class Reaper:
             return False
         if live is None:  # a repair of its own, not part of a sweep
             live = self._live()
+            self.judging_deaths = self.judges_deaths()
             self.orphans.new_sweep()
         try:
             return _Repair(self, run_id, live).run()
@@ -154,7 +160,7 @@ class _Repair:
         self.context = reaper.context
         self.run_id = run_id
         self.live = live
-        self.alive: Container[str] = (set(live) | reaper.alive if reaper.judges_deaths()
+        self.alive: Container[str] = (set(live) | reaper.alive if reaper.judging_deaths
                                       else _Everyone())  # fmt: skip
         self.state: RedisRunState = reaper.context.state(run_id)
         self.redis: Redis[bytes] = reaper.context.redis
