@@ -28,7 +28,8 @@ from somatize_tasks.runtime.values import Expr
 INTENT = "c:"
 
 
-def _dumps(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """JSON without spaces: what every field of a run's state holds."""
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -46,7 +47,8 @@ class OutboxState:
     owner: tuple[str, str] | None = None
 
     def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
-        pipe.hset(self.outbox, f"{bid}:{epoch}", _dumps({"task_id": task_id, "at": time.time()}))
+        entry = compact_json({"task_id": task_id, "at": time.time()})
+        pipe.hset(self.outbox, f"{bid}:{epoch}", entry)
         pipe.expire(self.outbox, self.ttl_s)
         self._clear_intent(pipe)
 
@@ -80,7 +82,7 @@ class OutboxState:
         """The two script arguments that leave an intent; remembered to clear later."""
         self.intent = f"{INTENT}{bid}:{epoch}"
         owner = {"w": self.owner[0], "t": self.owner[1]} if self.owner else {}
-        return [self.intent, _dumps({"at": time.time(), **owner, **follow_up})]
+        return [self.intent, compact_json({"at": time.time(), **owner, **follow_up})]
 
     def _clear_intent(self, pipe: Any) -> None:
         """The follow-up is being recorded in ``pipe``: the intent goes with it."""

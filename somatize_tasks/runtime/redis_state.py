@@ -30,18 +30,14 @@ from somatize_tasks.keys import RedisKeys
 from somatize_tasks.reservations import reservation_field, reservation_keys
 from somatize_tasks.runtime import redis_scripts as scripts
 from somatize_tasks.runtime.archive import FIELDS, fold_logs
-from somatize_tasks.runtime.outbox_state import OutboxState
-from somatize_tasks.runtime.packing import pack
+from somatize_tasks.runtime.outbox_state import OutboxState, compact_json
+from somatize_tasks.runtime.repair_state import RepairState
 from somatize_tasks.runtime.starts import PendingStart, send_with_start
 from somatize_tasks.runtime.state import FINAL_STATES, RUNNING, LeafResult, node_done
 from somatize_tasks.runtime.values import Expr
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-class RedisRunState(OutboxState):
+class RedisRunState(OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
 
     def __init__(self, client: Redis[bytes], keys: RedisKeys, run_id: str, ttl_s: int) -> None:
@@ -128,19 +124,19 @@ class RedisRunState(OutboxState):
             args += [f"s:{node_id}", verdict]
         args.append(len(result.node_outputs))
         for node_id, expr in result.node_outputs.items():
-            args += [node_id, _dumps(expr)]
+            args += [node_id, compact_json(expr)]
         args.append(len(nodes))
         for node_id in nodes:
-            args += [node_id, _dumps(node_done(result, node_id, epoch))]
+            args += [node_id, compact_json(node_done(result, node_id, epoch))]
         args.append(len(result.states))
         for node_id, expr in result.states.items():
-            args += [node_id, _dumps(expr)]
+            args += [node_id, compact_json(expr)]
         args += [len(result.history), *result.history, MAX_EVENTS]
         return args
 
     def _join_args(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Any]:
         prefix = f"j:{bid}:{epoch}:"
-        return [f"{prefix}{position}", _dumps(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}",
+        return [f"{prefix}{position}", compact_json(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}",
                 prefix, self.ttl_s]  # fmt: skip
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
@@ -151,7 +147,7 @@ class RedisRunState(OutboxState):
 
     def set_latest(self, node_id: str, expr: Expr) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.latest_outputs, node_id, _dumps(expr))
+        pipe.hset(self.latest_outputs, node_id, compact_json(expr))
         pipe.expire(self.latest_outputs, self.ttl_s)
         pipe.execute()
 
@@ -170,15 +166,8 @@ class RedisRunState(OutboxState):
         raw = self.client.hgetall(self.states)
         return {k.decode(): dict(json.loads(v)) for k, v in raw.items()}
 
-    def _working(self, mapping: dict[str | bytes, bytes | float | int | str]) -> None:
-        """Write fields of the working state, keeping its end (see the module docstring)."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.results, mapping=mapping)
-        pipe.expire(self.results, self.ttl_s)
-        pipe.execute()
-
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
-        self._working({f"i:{bid}:{epoch}": _dumps(expr)})
+        self._working({f"i:{bid}:{epoch}": compact_json(expr)})
 
     def load_input(self, bid: int, epoch: int) -> Expr:
         raw = self.client.hget(self.results, f"i:{bid}:{epoch}")
@@ -198,7 +187,7 @@ class RedisRunState(OutboxState):
         return [dict(json.loads(raw)) for raw in found]
 
     def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
-        info = _dumps([loop_bid, outer_epoch, pass_number])
+        info = compact_json([loop_bid, outer_epoch, pass_number])
         return int(self._new_epoch(keys=[self.results], args=[info, self.ttl_s]))
 
     def epoch_info(self, epoch: int) -> tuple[int, int, int]:
@@ -211,13 +200,13 @@ class RedisRunState(OutboxState):
     def mark_nodes(
         self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
     ) -> None:
-        status = _dumps({"state": state, "worker": worker_id, "epoch": epoch, **extra})
+        status = compact_json({"state": state, "worker": worker_id, "epoch": epoch, **extra})
         self.client.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
 
     def set_status(self, nodes: list[str], status: dict[str, Any], *, outbox: bool = False) -> None:
         """Nodes' status; with ``outbox`` the block is in the outbox until sent."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, compact_json(status)))
         if outbox:
             self._into_outbox(pipe, status["block"], status["epoch"], status["task_id"])
         pipe.execute()
@@ -225,7 +214,7 @@ class RedisRunState(OutboxState):
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
             return
-        status = _dumps({"state": state, "ended_at": time.time()})
+        status = compact_json({"state": state, "ended_at": time.time()})
         pipe = self.client.pipeline()
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
         pipe.sadd(self.done, *nodes)
@@ -254,7 +243,7 @@ class RedisRunState(OutboxState):
     ) -> PendingStart:  # fmt: skip
         """A :meth:`mark_running` to send with this state's next record (kept as
         :attr:`start_next`): the next block of a batch starts in that round trip."""
-        status = _dumps({
+        status = compact_json({
             "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
             "started_at": time.time(), "task_id": task_id,
         })  # fmt: skip
@@ -283,9 +272,9 @@ class RedisRunState(OutboxState):
     ) -> bool:
         field, value = ("", "")
         if output is not None:
-            field, value = "output", _dumps(output)
+            field, value = "output", compact_json(output)
         elif error is not None:
-            field, value = "error", _dumps(error)
+            field, value = "error", compact_json(error)
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
         keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
                 self.transfers, self.states, self.latest_outputs, self.outbox, self.history]
@@ -326,59 +315,17 @@ class RedisRunState(OutboxState):
         With ``pipe`` the writes join that pipeline, which the caller executes."""
         own = pipe is None
         pipe = self.client.pipeline() if own else pipe
-        pipe.hset(self.results, f"i:{bid}:{epoch}", _dumps(input_expr))
+        pipe.hset(self.results, f"i:{bid}:{epoch}", compact_json(input_expr))
         if missing:
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:  # the TTL too: the run may have ended and folded the list
             pipe.rpush(self.transfers, *transfer_records)
             pipe.expire(self.transfers, self.ttl_s)
-        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, _dumps(status)))
+        pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, compact_json(status)))
         pipe.expire(self.results, self.ttl_s)
         self._into_outbox(pipe, bid, epoch, status["task_id"])
         if own:
             pipe.execute()
-
-    def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
-        """Block ``bid`` waits until each producer (block, epoch) has run again."""
-        self._working({f"rn:{bid}:{epoch}": len(producers)})
-        for producer, producer_epoch in producers:
-            field = f"rw:{producer}:{producer_epoch}"
-            waiting = [w for w in json.loads(self.client.hget(self.results, field) or b"[]")
-                       if w != [bid, epoch]]  # fmt: skip
-            waiting.append([bid, epoch])
-            self._working({field: _dumps(waiting), f"rc:{producer}:{producer_epoch}": 1})
-
-    def take_recompute(
-        self, bid: int, epoch: int, outputs: dict[str, Expr]
-    ) -> list[tuple[int, int]] | None:
-        """If this block ran again for the reaper: store its new outputs and return
-        the (block, epoch) pairs waiting for it; None for an ordinary duplicate."""
-        if not self.client.hdel(self.results, f"rc:{bid}:{epoch}"):
-            return None
-        pipe = self.client.pipeline()
-        pipe.hget(self.results, f"rw:{bid}:{epoch}")
-        pipe.hdel(self.results, f"rw:{bid}:{epoch}")
-        waiting = json.loads(pipe.execute()[0] or b"[]")
-        pairs = [x for node_id, expr in outputs.items() for x in (node_id, _dumps(expr))]
-        if pairs:
-            self._replace_latest(keys=[self.latest_outputs], args=[str(epoch), *pairs])
-        return [(int(b), int(e)) for b, e in waiting]
-
-    def recompute_arrived(self, bid: int, epoch: int) -> bool:
-        """One recomputed input of the block is back; True when it was the last."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hincrby(self.results, f"rn:{bid}:{epoch}", -1)
-        pipe.expire(self.results, self.ttl_s)
-        return int(pipe.execute()[0]) <= 0
-
-    def first_noticed(self, what: str) -> float:
-        """When a repair problem (``what``) was first noticed, for grace periods."""
-        field = f"g:{what}"
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hsetnx(self.results, field, time.time())
-        pipe.expire(self.results, self.ttl_s)
-        pipe.hget(self.results, field)
-        return float(pipe.execute()[2] or time.time())
 
     def keep_alive(self) -> None:
         """Renew the TTL of every key of a run still running (the reaper calls it),
@@ -386,13 +333,6 @@ class RedisRunState(OutboxState):
         pipe = self.client.pipeline(transaction=False)
         for key in self.all_keys():
             pipe.expire(key, self.ttl_s)
-        pipe.execute()
-
-    def replace_distribution(self, distribution_json: str) -> None:
-        """Store a new distribution and bump its version, so every process reloads it."""
-        pipe = self.client.pipeline()
-        pipe.hset(self.meta, "distribution", pack(distribution_json))
-        pipe.hincrby(self.meta, "version", 1)
         pipe.execute()
 
     # --- reading, for PlanRun ----------------------------------------------------------
