@@ -63,8 +63,8 @@ def through_redis_outages(
             return action()
         except LOST as exc:
             deadline = deadline or time.monotonic() + budget_s
-            log.warning("%s: lost Redis (%s); waiting up to %.0f s to do it again",
-                        what, exc, budget_s)  # fmt: skip
+            log.warning("%s: lost Redis (%s); retrying once it is back (waiting up to %.0f s,"
+                        " SOMATIZE_REDIS_RETRY_S)", what, exc, budget_s)  # fmt: skip
             if not wait_for_redis(client, deadline):
                 raise
-            log.warning("%s: Redis is back; doing it again", what)
+            log.warning("%s: Redis is back; retrying", what)

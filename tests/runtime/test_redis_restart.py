@@ -95,7 +95,7 @@ def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_sta
         logs = "\n".join(worker.log() for worker in workers)
         assert all(worker.proc.poll() is None for worker in workers), logs[-4000:]
         assert "Unrecoverable error" not in logs
-        assert "lost Redis" in logs and "Redis is back; doing it again" in logs
+        assert "lost Redis" in logs and "Redis is back; retrying" in logs
         taken_for_dead = "dead worker" in logs + caplog.text
         assert not taken_for_dead, "a live worker was taken for dead after the restart"
     finally:
