@@ -278,8 +278,8 @@ class CeleryDispatcher:
             kwargs=kwargs,
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
-            kwargsrepr=_describe(self.run_id, block.task_node_ids(), epoch),
-            shadow=node_shadow(block.task_node_ids()),
+            kwargsrepr=_describe(self.run_id, nodes, epoch),
+            shadow=node_shadow(nodes),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
             ignore_result=True,
