@@ -142,6 +142,10 @@ class RunError(SomatizeError):
     """A run did not produce its output; subclasses in :mod:`somatize_tasks.runtime.handle`."""
 
 
+class RunStillRunningError(RunError):
+    """An action that needs an ended run (``forget``) was asked of a running one."""
+
+
 class OutputUnavailableError(RunError, TimeoutError):
     """A node's output cannot be read here: only its worker's cache held it and that
     worker is gone, or the worker did not hand it over within the caller's timeout.

@@ -84,10 +84,6 @@ def sweep_temp_files(root: Path, grace_s: float = TEMP_GRACE_S) -> int:
     if deleted:
         log.info("deleted %d partial file(s) left under %s", deleted, root)
     return deleted
-#: Run keys besides the meta hash; deleted with a run that expired unfinished.
-RUN_PARTS = ("results", "nodes", "done", "transfers", "finished", "lease")
-
-
 class RunCollector:
     """Deletes the shared artifacts and leftover keys of runs whose state expired."""
 
@@ -149,7 +145,7 @@ class RunCollector:
             self.shared().delete_prefix(key_part("run id", run_id) + "/")
         if gone:
             pipe = self.client.pipeline(transaction=False)
-            pipe.delete(*[self.keys.run(run_id, part) for run_id in gone for part in RUN_PARTS])
+            pipe.delete(*[key for run_id in gone for key in self.keys.run_keys(run_id)])
             pipe.zrem(self.keys.runs, *gone)
             pipe.srem(self.keys.active_runs, *gone)
             pipe.execute()
@@ -231,3 +227,14 @@ def _batches(items: Iterator[Path], size: int) -> Iterator[list[Path]]:
             batch = []
     if batch:
         yield batch
+
+
+def cache_roots(cache_dir: Path, worker_ids: Sequence[str] = ()) -> list[Path]:
+    """The worker caches under ``cache_dir`` on this machine (only ``worker_ids``'
+    if given): one directory per worker id."""
+    if worker_ids:
+        return [cache_dir / key_part("worker id", worker_id) for worker_id in worker_ids]
+    try:
+        return sorted(path for path in cache_dir.iterdir() if path.is_dir())
+    except FileNotFoundError:
+        return []

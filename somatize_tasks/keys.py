@@ -40,6 +40,10 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:run:<id>:finished``   LIST    one item pushed when the run ends (wait)
     ``<p>:run:<id>:history``    LIST    every node attempt's start/end/failure,
                                         bounded (:mod:`somatize_tasks.history`)
+    ``<p>:run:<id>:states``     HASH    fitted states of a fit run, node id -> ref
+    ``<p>:run:<id>:latest``     HASH    a graph run's latest output per node
+    ``<p>:run:<id>:outbox``     HASH    blocks recorded as dispatched whose
+                                        messages are not known to be out yet
     ``<p>:run:<id>:lease``      STRING  who is repairing the run now (PX lease)
     ==========================  ======  ==========================================
 
@@ -115,6 +119,15 @@ class RedisKeys:
     def run(self, run_id: str, part: str | None = None) -> str:
         """A run's meta hash, or one of its parts (``results``, ``nodes``, ...)."""
         return self.key("run", run_id) if part is None else self.key("run", run_id, part)
+
+    def run_keys(self, run_id: str) -> list[str]:
+        """Every key of one run: its meta hash and each of :data:`RUN_PARTS`."""
+        return [self.run(run_id), *(self.run(run_id, part) for part in RUN_PARTS)]
+
+
+#: A run's keys besides its meta hash (the table above lists what each holds).
+RUN_PARTS = ("results", "nodes", "done", "transfers", "finished", "states", "latest",
+             "outbox", "history", "lease")  # fmt: skip
 
 
 #: Every task that runs a plan node is named under this prefix; heartbeats

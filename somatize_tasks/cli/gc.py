@@ -8,17 +8,20 @@ whose workers are stopped, and for the producer's own cache.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from somatize_tasks.celery_app import create_app
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
-from somatize_tasks.gc import UPLOAD_GRACE_S, CacheSweeper, RunCollector, sweep_temp_files
+from somatize_tasks.gc import (
+    UPLOAD_GRACE_S,
+    CacheSweeper,
+    RunCollector,
+    cache_roots,
+    sweep_temp_files,
+)
 from somatize_tasks.runtime.context import run_context
 from somatize_tasks.settings import Settings
-from somatize_tasks.store import key_part
 
 
 @main.command("gc")
@@ -65,11 +68,3 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
         f"{collector.aborted_uploads} stale multipart upload(s)"
     )
 
-
-def _cache_roots(cache_dir: Path, worker_ids: tuple[str, ...]) -> list[Path]:
-    if worker_ids:
-        return [cache_dir / key_part("worker id", worker_id) for worker_id in worker_ids]
-    try:
-        return sorted(path for path in cache_dir.iterdir() if path.is_dir())
-    except FileNotFoundError:
-        return []

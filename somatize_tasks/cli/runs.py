@@ -29,11 +29,14 @@ from somatize_tasks.cli.common import (
 )
 from somatize_tasks.cli.modes import local_states, mode_options
 from somatize_tasks.cli.plan import print_report
+from somatize_tasks.runtime.context import producer_context
+from somatize_tasks.runtime.forget import forget_run
 from somatize_tasks.runtime.handle import PlanRun, RunStatus
 from somatize_tasks.runtime.local import run_local
 from somatize_tasks.runtime.states import write_bundle
 from somatize_tasks.runtime.submit import NoWorkersError, submit_plan
 from somatize_tasks.settings import Settings
+from somatize_tasks.store import key_part
 
 people = Console(stderr=True)
 FINISHED = ("done", "failed", "cancelled")
@@ -304,6 +307,22 @@ def cancel(run_id: str) -> None:
         click.echo(f"run {run_id} cancelled")
     else:
         click.echo(f"run {run_id} had already ended ({run.status().state}); nothing to cancel")
+
+
+@main.command("forget")
+@click.argument("run_ids", nargs=-1, required=True, metavar="RUN_ID...")
+@friendly_errors
+def forget(run_ids: tuple[str, ...]) -> None:
+    """Delete ended runs' state and values now (they expire after
+    SOMATIZE_RUN_TTL_S otherwise); a running run must be cancelled first."""
+    settings = Settings.from_env()
+    context = producer_context(settings)
+    for run_id in run_ids:
+        key_part("run id", run_id)
+        if forget_run(context, run_id):
+            click.echo(f"run {run_id} forgotten: its state and values are deleted")
+        else:
+            click.echo(f"run {run_id} is not known to Redis (wrong id, or already gone)")
 
 
 @main.command("run")

@@ -21,6 +21,7 @@ from somatize_tasks.connections import reaching_redis
 from somatize_tasks.errors import RunError
 from somatize_tasks.runtime.archive import FIELDS, log_lines
 from somatize_tasks.runtime.context import RunContext, producer_context
+from somatize_tasks.runtime.forget import forget_run
 from somatize_tasks.runtime.outage import through_redis_outages
 from somatize_tasks.runtime.outputs import OutputReader
 from somatize_tasks.runtime.packing import unpack
@@ -157,7 +158,7 @@ class PlanRun:
         if raw is None:
             raise RunStateLostError(
                 f"run {run_id} is not known to Redis at {redacted_url(settings.redis_url)} "
-                "(wrong id or key prefix, or its state expired)"
+                "(wrong id or key prefix, or its state expired or was forgotten)"
             )
         return cls(run_id, context, DistributionPlan.model_validate_json(unpack(raw)))
 
@@ -301,6 +302,15 @@ class PlanRun:
         revoke_unfinished(self._context.app, self._context.redis.hvals(self._state.nodes))
         return True
 
+    def forget(self) -> bool:
+        """Delete this ended run's state and values now, instead of ``run_ttl_s`` after
+        it ended (as Celery's ``AsyncResult.forget()``); False if it was gone already.
+
+        Raises :class:`RunStillRunningError` while the run runs. Values already read
+        stay valid; this handle can read nothing more (see :mod:`.forget`).
+        """
+        return forget_run(self._context, self.id)
+
     # --- helpers ---------------------------------------------------------------------
 
     def watch(self) -> None:
@@ -325,6 +335,6 @@ class PlanRun:
     def _lost(self) -> RunStateLostError:
         return RunStateLostError(
             f"run {self.id}: its state is gone from Redis at "
-            f"{redacted_url(self._context.settings.redis_url)} (expired, flushed, or Redis "
-            "restarted without persistence); the run cannot be followed any more"
+            f"{redacted_url(self._context.settings.redis_url)} (expired, forgotten, flushed, or "
+            "Redis restarted without persistence); the run cannot be followed any more"
         )

@@ -19,12 +19,15 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from somatize_tasks.errors import RunStillRunningError
 from somatize_tasks.gc import CacheSweeper, RunCollector
 from somatize_tasks.keys import RedisKeys
+from somatize_tasks.runtime.handle import PlanRun, RunStateLostError
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part, shared_store
 from tests.conftest import TEST_NODES, WorkerFactory
+from tests.runtime.test_cli_runs import cli
 
 MIB = 1 << 20
 
@@ -62,6 +65,18 @@ def across(a: str, b: str) -> dict[str, Any]:
     return {"Sequence": [on(a, "peer_make"), on(b, "peer_size")]}
 
 
+def ram_of(local: Settings) -> Path:
+    return local.ram_dir / key_part("key prefix", local.key_prefix)
+
+
+def made_across(local: Settings, a: str, b: str, n_bytes: int) -> PlanRun:
+    """A finished run whose array of ``n_bytes`` was made on ``a`` and read on ``b``."""
+    params = {"peer_make": {"n_bytes": n_bytes}}
+    run = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
+    assert run.wait(timeout=60) == n_bytes
+    return run
+
+
 def files(root: Path, run_id: str) -> list[Path]:
     where = root / key_part("run id", run_id)
     return [p for p in where.rglob("*") if p.is_file()] if where.exists() else []
@@ -76,17 +91,14 @@ def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its
     ram_cluster: tuple[Settings, str, str],
 ) -> None:
     local, a, b = ram_cluster
-    ram = local.ram_dir / key_part("key prefix", local.key_prefix)
-    params = {"peer_make": {"n_bytes": MIB}}
-    first = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
-    assert first.wait(timeout=60) == MIB  # read on b, memory-mapped from RAM
+    ram = ram_of(local)
+    first = made_across(local, a, b, MIB)  # read on b, memory-mapped from RAM
     assert [p.name for p in files(ram, first.id)] == ["0"]
     disk = [local.store_dir, local.cache_dir / a, local.cache_dir / b]
     assert not any(files(root, first.id) for root in disk)  # nothing on disk
 
     time.sleep(1.1)  # the workers recount the tier's size at most once a second
-    second = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
-    assert second.wait(timeout=60) == MIB
+    second = made_across(local, a, b, MIB)
     assert files(ram, second.id) == []  # 1 + 1 MiB is over the 1.5 MiB budget
     assert len(files(local.store_dir, second.id)) == 1  # so it took the disk path
 
@@ -100,10 +112,66 @@ def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its
 
     # A run whose collector ran on another machine: the workers' sweep clears RAM too.
     time.sleep(1.1)  # (the workers see the room the collection made at their next recount)
-    third = submit_plan(across(a, b), params=params, settings=local, require_workers=True)
-    assert third.wait(timeout=60) == MIB
+    third = made_across(local, a, b, MIB)
     assert len(files(ram, third.id)) == 1
     expire(local, third.id)
     sweeper = CacheSweeper(client, keys, local.cache_dir / "nobody", 0, 0, extra_roots=[ram])
     assert sweeper.sweep() >= 1
     assert files(ram, third.id) == []
+
+
+def run_keys_left(settings: Settings, run_id: str) -> list[bytes]:
+    client = Redis.from_url(settings.redis_url)
+    keys = RedisKeys(settings.key_prefix)
+    found = list(client.scan_iter(match=keys.run(run_id) + "*"))
+    in_index = client.zscore(keys.runs, run_id) is not None
+    return found + ([b"<runs index>"] if in_index else [])
+
+
+def test_forget_deletes_an_ended_runs_state_and_values_everywhere_at_once(
+    ram_cluster: tuple[Settings, str, str],
+) -> None:
+    local, a, b = ram_cluster
+    ram = ram_of(local)
+    time.sleep(1.1)  # the workers recount the tier's size at most once a second
+    in_ram = made_across(local, a, b, MIB)
+    time.sleep(1.1)
+    on_disk = made_across(local, a, b, MIB)
+    assert len(files(ram, in_ram.id)) == 1
+    assert files(local.store_dir, on_disk.id) and files(local.cache_dir / a, on_disk.id)
+    held = in_ram.result("peer_make")  # memory-mapped from the RAM file
+    assert run_keys_left(local, in_ram.id)
+
+    assert in_ram.forget() is True
+    assert cli("forget", on_disk.id, settings=local).stdout.strip() == (
+        f"run {on_disk.id} forgotten: its state and values are deleted")
+    for run in (in_ram, on_disk):
+        assert run_keys_left(local, run.id) == []
+        for root in (ram, local.store_dir, local.cache_dir / a, local.cache_dir / b):
+            assert files(root, run.id) == [], root
+    assert int(held.sum()) == MIB  # what was read stays valid: the file was unlinked
+
+    assert in_ram.forget() is False
+    with pytest.raises(RunStateLostError, match="forgotten"):
+        in_ram.wait(timeout=5)
+    with pytest.raises(RunStateLostError, match="forgotten"):
+        PlanRun.attach(in_ram.id, local)
+    gone = cli("forget", in_ram.id, settings=local)
+    assert gone.returncode == 0 and "not known to Redis" in gone.stdout
+
+
+def test_forget_refuses_a_running_run_and_says_how_to_end_it(
+    ram_cluster: tuple[Settings, str, str],
+) -> None:
+    local, a, _ = ram_cluster
+    plan = {"Remote": {"node_id": "rt_sleep", "target": {"WorkerId": a},
+                       "plan": {"Execute": {"node_id": "rt_sleep"}}}}  # fmt: skip
+    run = submit_plan(plan, input=7, params={"rt_sleep": {"s": 1.0}}, settings=local,
+                      require_workers=True)  # fmt: skip
+    with pytest.raises(RunStillRunningError, match=rf"run {run.id} is still running.*cancel"):
+        run.forget()
+    refused = cli("forget", run.id, settings=local)
+    assert refused.returncode == 1 and "still running" in refused.stderr
+    assert run.wait(timeout=60) == 7  # the refusal changed nothing
+    assert run.forget() is True
+

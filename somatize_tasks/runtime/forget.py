@@ -1,0 +1,54 @@
+"""Forgetting an ended run now: its state leaves Redis and its values leave every store.
+
+Without it a run's state and files stay until ``run_ttl_s`` (a week by
+default) after it ends, bounded only by the RAM tier's budget and the
+collectors. ``PlanRun.forget()`` (Celery users know ``AsyncResult.forget()``)
+and ``somatize-tasks forget`` drop them as soon as the caller has what it
+needs: RAM and disk come back at once, and the next large value is written
+into memory the kernel has just freed rather than memory it must fetch anew.
+
+What goes, in this order, so that an interruption leaves nothing the
+collectors cannot find: the run's keys (but its entry in the runs index),
+its values in the shared store (S3 or the shared directory), in this
+machine's RAM tier and in the caches of every worker on this machine, and
+finally the index entry. Other machines' caches go with their next sweep.
+Arrays already read from the RAM tier stay valid: they map files that are
+unlinked, never overwritten.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from somatize_tasks.errors import RunStillRunningError
+from somatize_tasks.gc import cache_roots
+from somatize_tasks.runtime.context import RunContext
+from somatize_tasks.runtime.state import FINAL_STATES
+from somatize_tasks.store import key_part
+
+
+def forget_run(context: RunContext, run_id: str) -> bool:
+    """Delete an ended run's state and values now; False if Redis did not know it.
+
+    Raises :class:`RunStillRunningError` for a run still running: its workers
+    would write again what was just deleted.
+    """
+    keys, client = context.keys, context.redis
+    status = client.hget(keys.run(run_id), "status")
+    if status is None:
+        return False
+    if status.decode() not in FINAL_STATES:
+        raise RunStillRunningError(
+            f"run {run_id} is still running, so it cannot be forgotten yet: wait for it, "
+            f"or cancel it first (run.cancel(), or `somatize-tasks cancel {run_id}`)"
+        )
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(*keys.run_keys(run_id))
+    pipe.srem(keys.active_runs, run_id)
+    pipe.execute()
+    context.store.delete_run(run_id)
+    run_dir = key_part("run id", run_id)
+    for cache in cache_roots(context.settings.cache_dir):
+        shutil.rmtree(cache / run_dir, ignore_errors=True)
+    client.zrem(keys.runs, run_id)
+    return True
