@@ -21,7 +21,8 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
     checked, which also keeps the sweep away from a run whose producer is
     still writing its input before the run exists in Redis. The machine's
     RAM tier (``<ram_dir>/<key prefix>/<run>/...``, shared directory only)
-    is swept the same way, as one of ``extra_roots``.
+    is swept the same way, as one of ``extra_roots``, and its idle spare
+    files are trimmed (:mod:`somatize_tasks.store.spares`).
 
 Both are idempotent and safe to run in many processes at once.
 
@@ -54,6 +55,7 @@ from somatize_tasks.errors import StoreError
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.store import SharedStore, key_part
 from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.spares import SparePool
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +166,13 @@ class CacheSweeper:
         run_ttl_s: float,
         interval_s: float,
         extra_roots: Sequence[Path] = (),
+        spares: SparePool | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.cache = LocalDir(cache_root)
         self.roots = [cache_root, *extra_roots]
+        self.spares = spares
         self.run_ttl_s = run_ttl_s
         self.interval_s = interval_s
         self._due = 0.0
@@ -188,6 +192,8 @@ class CacheSweeper:
         and partial files older than :data:`TEMP_GRACE_S`."""
         for root in self.roots:
             sweep_temp_files(root)
+        if self.spares is not None:
+            self.spares.trim()
         deleted = 0
         for batch in _batches(self._old_run_dirs(), BATCH):
             pipe = self.client.pipeline(transaction=False)
@@ -211,6 +217,8 @@ class CacheSweeper:
             except FileNotFoundError:
                 continue
         for path in entries:
+            if path.name.startswith("."):  # not a run: the RAM tier's spares
+                continue
             try:
                 if path.is_dir() and path.stat().st_mtime < cutoff:
                     yield path

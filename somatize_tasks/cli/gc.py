@@ -55,12 +55,14 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
     partial = sweep_temp_files(settings.store_dir) if settings.store_kind == "local" else 0
     if not no_caches:
         ram = context.store.ram
-        for root in [*_cache_roots(settings.cache_dir, worker_ids),
+        for root in [*cache_roots(settings.cache_dir, worker_ids),
                      *([ram.root] if ram is not None else [])]:  # fmt: skip
             sweeper = CacheSweeper(
                 context.redis, context.keys, root, settings.run_ttl_s, settings.gc_interval_s
             )
             dirs += sweeper.sweep()
+        if ram is not None:
+            ram.spares.trim()
     click.echo(
         f"collected {len(runs)} expired run(s) from {context.store.shared.describe()} "
         f"and the runs index; deleted {dirs} expired run dir(s) from local caches, "

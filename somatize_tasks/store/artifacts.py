@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from somatize_tasks.codecs import codec_for, codec_named
-from somatize_tasks.errors import DiskFullError
+from somatize_tasks.codecs import Codec, codec_for, codec_named
+from somatize_tasks.errors import ArtifactMissingError, DiskFullError
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
@@ -49,6 +49,31 @@ def _free_space(path: Path) -> str:
         with contextlib.suppress(OSError):
             return f" (a disk of {shutil.disk_usage(candidate).total} bytes)"
     return ""
+
+
+def _read_file(path: Path, codec: Codec) -> Any:
+    """The value in ``path``: memory-mapped where the codec can, else read."""
+    if codec.read_file is not None:
+        return codec.read_file(path)
+    with path.open("rb") as fh:
+        return codec.read(fh)
+
+
+def _read_ram(path: Path, codec: Codec, ref: ArtifactRef) -> Any:
+    """A RAM value, checked to still be at its path once it is read (or mapped): a
+    forgotten run's files may become spares, overwritten in place, and one is only
+    taken while nobody holds it (see :mod:`somatize_tasks.store.spares`)."""
+    try:
+        value = _read_file(path, codec)
+        gone = not path.exists()
+    except FileNotFoundError:
+        gone = True
+    if gone:
+        raise ArtifactMissingError(
+            f"the value of node '{ref.node_id}' (run '{ref.run_id}') was deleted while it "
+            "was read: its run was forgotten or collected"
+        )
+    return value
 
 
 class ArtifactStore:
@@ -125,13 +150,10 @@ class ArtifactStore:
         if raw is not None:
             return codec.read(io.BytesIO(raw))
         path = self._in_ram(ref)
-        if path is None:
-            self.download(ref)
-            path = self.cache.checked_path(ref.key, ref.size, self._where())
-        if codec.read_file is not None:
-            return codec.read_file(path)
-        with path.open("rb") as fh:
-            return codec.read(fh)
+        if path is not None:
+            return _read_ram(path, codec, ref)
+        self.download(ref)
+        return _read_file(self.cache.checked_path(ref.key, ref.size, self._where()), codec)
 
     def has_local(self, ref: ArtifactRef) -> bool:
         return (ref.inline is not None or self._in_ram(ref) is not None

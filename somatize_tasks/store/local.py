@@ -8,6 +8,7 @@ so a reader never sees half a value.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import uuid
@@ -27,14 +28,25 @@ class LocalDir:
     def path_for(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def write(self, key: str, writer: Callable[[IO[bytes]], None]) -> int:
-        """Run ``writer`` on a temporary file, then move it into place; returns its size."""
+    def write(
+        self, key: str, writer: Callable[[IO[bytes]], None],
+        recycle: Callable[[Path], bool] | None = None,
+    ) -> int:  # fmt: skip
+        """Run ``writer`` on a temporary file, then move it into place; returns its size.
+
+        ``recycle(temp)`` may put an old file at the temporary name first: it is
+        then overwritten in place (its pages reused) and cut to what was written.
+        """
         final = self.path_for(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
         try:
-            with temp.open("wb") as fh:
+            reused = recycle is not None and recycle(temp)
+            # Not open("r+b"): NumPy writes arrays straight from memory only into a
+            # BufferedWriter; into anything else it copies them in chunks first.
+            with io.BufferedWriter(io.FileIO(temp, "r+")) if reused else temp.open("wb") as fh:
                 writer(fh)
+                fh.truncate()
             size = temp.stat().st_size
             os.replace(temp, final)
         except BaseException:

@@ -21,13 +21,16 @@ RAM is scarce, so the tier is bounded twice:
 
 A refused value goes to the disk cache as before. Files are laid out like
 every store (``<run>/<node>/<iteration>`` under ``<ram dir>/<key prefix>``)
-and go with their run: ``delete_prefix`` when the run is collected, and the
-workers' cache sweep for a run whose collector ran elsewhere
-(:mod:`somatize_tasks.gc`).
+and go with their run: ``delete_prefix`` when the run is forgotten or
+collected, and the workers' cache sweep for a run whose collector ran
+elsewhere (:mod:`somatize_tasks.gc`). Deleted files nobody holds open are
+kept as spares for the next values (:mod:`somatize_tasks.store.spares`),
+within a quarter of the budget.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -40,6 +43,7 @@ from typing import IO
 from somatize_tasks.settings import Settings
 from somatize_tasks.store.ids import key_part
 from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.spares import SPARE_DIR, SparePool
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class RamTier:
         self._lock = threading.Lock()
         self._counted = 0
         self._counted_at = -RECOUNT_S
+        self.spares = SparePool(root, max_bytes // 4)
 
     @property
     def root(self) -> Path:
@@ -84,6 +89,8 @@ class RamTier:
         except OSError:  # no such file system here (no /dev/shm), or not writable
             return False
         total, free = fs.f_blocks * fs.f_frsize, fs.f_bavail * fs.f_frsize
+        if free - size < MIN_FREE_FRACTION * total and self.spares.trim(0):
+            return self.admits(size)  # the room the spares held may be enough
         return free - size >= MIN_FREE_FRACTION * total
 
     def write(self, key: str, size: int, writer: Callable[[IO[bytes]], None]) -> int | None:
@@ -92,7 +99,7 @@ class RamTier:
         if not self.admits(size):
             return None
         try:
-            written = self.dir.write(key, writer)
+            written = self.dir.write(key, writer, lambda temp: self.spares.claim(size, temp))
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -107,6 +114,14 @@ class RamTier:
         return self.dir.path_for(key) if self.dir.has(key, size) else None
 
     def delete_prefix(self, prefix: str) -> None:
+        """Delete every value under ``prefix``, keeping what fits as spares."""
+        top = self.dir.path_for(prefix.rstrip("/"))
+        for folder, _, names in os.walk(top):
+            for name in names:
+                path = Path(folder, name)
+                with contextlib.suppress(OSError):
+                    if not name.startswith("."):  # a write in progress is not a value
+                        self.spares.keep(path, path.stat().st_size)
         self.dir.delete_prefix(prefix)
 
 
@@ -130,6 +145,8 @@ def _tree_bytes(root: Path) -> int:
             continue
         for entry in entries:
             try:
+                if entry.name == SPARE_DIR:
+                    continue  # spares are not values; their own budget bounds them
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
                 else:

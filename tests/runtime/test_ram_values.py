@@ -26,6 +26,7 @@ from somatize_tasks.runtime.handle import PlanRun, RunStateLostError
 from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part, shared_store
+from somatize_tasks.store.spares import SPARE_DIR
 from tests.conftest import TEST_NODES, WorkerFactory
 from tests.runtime.test_cli_runs import cli
 
@@ -150,6 +151,7 @@ def test_forget_deletes_an_ended_runs_state_and_values_everywhere_at_once(
         for root in (ram, local.store_dir, local.cache_dir / a, local.cache_dir / b):
             assert files(root, run.id) == [], root
     assert int(held.sum()) == MIB  # what was read stays valid: the file was unlinked
+    assert not (ram / SPARE_DIR).exists()  # (not recycled: the producer had it mapped)
 
     assert in_ram.forget() is False
     with pytest.raises(RunStateLostError, match="forgotten"):
@@ -175,3 +177,21 @@ def test_forget_refuses_a_running_run_and_says_how_to_end_it(
     assert run.wait(timeout=60) == 7  # the refusal changed nothing
     assert run.forget() is True
 
+
+def test_the_next_value_reuses_the_ram_file_of_a_forgotten_run(
+    ram_cluster: tuple[Settings, str, str],
+) -> None:
+    local, a, b = ram_cluster
+    ram = ram_of(local)
+    time.sleep(1.1)  # the workers recount the tier's size at most once a second
+    first = made_across(local, a, b, 300_000)  # spares may hold a quarter of 1.5 MiB
+    (path,) = files(ram, first.id)
+    inode = path.stat().st_ino
+    assert first.forget()
+    assert [spare.stat().st_ino for spare in (ram / SPARE_DIR).iterdir()] == [inode]
+
+    second = made_across(local, a, b, 250_000)  # read on b from the recycled file
+    (path,) = files(ram, second.id)
+    assert path.stat().st_ino == inode and list((ram / SPARE_DIR).iterdir()) == []
+    assert int(second.result("peer_make").sum()) == 250_000
+    assert second.forget()

@@ -1,0 +1,146 @@
+"""Spare RAM files: a forgotten value's pages reused in place, never under a reader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pytest
+from redis import Redis
+
+from somatize_tasks.codecs import codec_named
+from somatize_tasks.errors import ArtifactMissingError
+from somatize_tasks.gc import CacheSweeper
+from somatize_tasks.keys import RedisKeys
+from somatize_tasks.settings import Settings
+from somatize_tasks.store import ArtifactStore
+from somatize_tasks.store.artifacts import _read_ram
+from somatize_tasks.store.ram import RamTier
+from somatize_tasks.store.ref import ArtifactRef
+from somatize_tasks.store.spares import IDLE_S, SPARE_DIR
+
+MIB = 1 << 20
+
+
+def save(value: np.ndarray) -> tuple[int, Callable[[IO[bytes]], None]]:
+    def writer(fh: IO[bytes]) -> None:
+        np.save(fh, value, allow_pickle=False)
+
+    return value.nbytes + 128, writer
+
+
+def write(tier: RamTier, run: str, value: np.ndarray) -> Path:
+    size, writer = save(value)
+    assert tier.write(f"{run}/n/0", size, writer) is not None
+    path = tier.path(f"{run}/n/0", (tier.root / run / "n" / "0").stat().st_size)
+    assert path is not None
+    return path
+
+
+def spares(tier: RamTier) -> list[Path]:
+    where = tier.root / SPARE_DIR
+    return sorted(where.iterdir()) if where.exists() else []
+
+
+def test_a_deleted_value_file_is_overwritten_in_place_by_the_next_value(ram_dir: Path) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    first = write(tier, "r1", np.ones(3 * MIB // 2, dtype=np.uint8))
+    inode = first.stat().st_ino
+    tier.delete_prefix("r1/")
+    assert not first.exists() and len(spares(tier)) == 1
+    assert RamTier(ram_dir, 64 * MIB).used_bytes() == 0  # a spare is not a value
+
+    value = np.arange(MIB // 8, dtype=np.int64)  # 1 MiB: smaller, so the file is cut down
+    second = write(tier, "r2", value)
+    assert second.stat().st_ino == inode and spares(tier) == []
+    assert second.stat().st_size == value.nbytes + 128
+    assert np.array_equal(np.load(second), value)
+
+
+def test_a_mapped_value_is_deleted_not_recycled_and_its_reader_keeps_its_bytes(
+    ram_dir: Path,
+) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    path = write(tier, "r1", np.full(MIB, 7, dtype=np.uint8))
+    reader = subprocess.Popen(  # another process maps it, as a worker or a producer does
+        [sys.executable, "-c", "import numpy as np, sys; a = np.load(sys.argv[1], "
+         "mmap_mode='r'); print('mapped', flush=True); sys.stdin.readline(); "
+         "print(int(a.sum()), flush=True)", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert reader.stdout is not None and reader.stdin is not None
+        assert reader.stdout.readline().strip() == "mapped"
+        tier.delete_prefix("r1/")
+        assert spares(tier) == [] and not path.exists()  # in use: unlinked instead
+        write(tier, "r2", np.zeros(MIB, dtype=np.uint8))  # fresh pages, nothing reused
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().strip() == str(7 * MIB)
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+def test_a_spare_far_from_the_values_size_is_left_for_a_better_fit(ram_dir: Path) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    write(tier, "big", np.ones(8 * MIB, dtype=np.uint8))
+    tier.delete_prefix("big/")
+    small = write(tier, "small", np.ones(MIB, dtype=np.uint8))
+    assert len(spares(tier)) == 1 and small.stat().st_ino != spares(tier)[0].stat().st_ino
+    reused = spares(tier)[0].stat().st_ino
+    assert write(tier, "big2", np.ones(6 * MIB, dtype=np.uint8)).stat().st_ino == reused
+
+
+def test_spares_keep_to_a_quarter_of_the_budget_and_go_when_idle(ram_dir: Path) -> None:
+    tier = RamTier(ram_dir, 4 * MIB)  # spares: at most 1 MiB
+    for node in ("a", "b", "c"):
+        size, writer = save(np.ones(600_000, dtype=np.uint8))
+        tier.write(f"r1/{node}/0", size, writer)
+    tier.delete_prefix("r1/")
+    assert len(spares(tier)) == 1 and not (ram_dir / "r1").exists()
+    assert tier.spares.trim() == 0  # not idle yet
+    assert tier.spares.trim(idle_s=0) == 1 and spares(tier) == []
+
+
+def test_the_cache_sweep_trims_spares_and_never_takes_them_for_a_run(
+    settings: Settings, ram_dir: Path, tmp_path: Path
+) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    write(tier, "gone-run", np.ones(MIB, dtype=np.uint8))
+    tier.delete_prefix("gone-run/")
+    write(tier, "expired-run", np.ones(4 * MIB, dtype=np.uint8))  # too large to take it
+    sweeper = CacheSweeper(Redis.from_url(settings.redis_url), RedisKeys(settings.key_prefix),
+                           tmp_path / "cache", 0, 0, extra_roots=[tier.root],
+                           spares=tier.spares)  # fmt: skip
+    assert sweeper.sweep() == 1  # the expired run's directory, not the spares'
+    assert len(spares(tier)) == 1
+    idle = time.time() - IDLE_S - 1
+    os.utime(spares(tier)[0], (idle, idle))
+    sweeper.sweep()
+    assert spares(tier) == []
+
+
+def test_a_reader_whose_file_was_recycled_meanwhile_says_so(local: Settings) -> None:
+    store = ArtifactStore(local, "ram-a")
+    ref = store.put(f"run-{uuid.uuid4().hex[:8]}", "big", 0, np.ones(MIB, dtype=np.uint8))
+    assert store.ram is not None
+    path = store.ram.path(ref.key, ref.size)
+    assert path is not None
+    npy = codec_named("npy")
+
+    def recycled_while_read(where: Path) -> object:
+        value = np.load(where, mmap_mode="r")
+        where.rename(where.with_name("elsewhere"))  # what a spare claim does to the path
+        return value
+
+    racing = type(npy)(**{**npy.__dict__, "read_file": recycled_while_read})
+    with pytest.raises(ArtifactMissingError, match=r"node 'big' \(run 'run-.*'\) was deleted"):
+        _read_ram(path, racing, ArtifactRef.model_validate(ref.model_dump()))
