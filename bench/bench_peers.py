@@ -4,9 +4,17 @@ The same workloads on each, on this machine, with 2 workers of 2 slots each:
 a 200-node chain; fork-joins of 200, 2,000 and 10,000 no-op branches; 20
 independent chains of 10; and a 16 MiB and a 256 MiB NumPy value made on one
 worker and read on the other. Rounds are interleaved (every workload on every
-peer, then the next round), and each cell is the median of ``--rounds``
-rounds; the ratio is ours over Dask's (at most 1.0 is the goal). The load
+peer, then the next round, the peers' order alternating), and each cell is
+the median of ``--rounds`` rounds; the ratio is ours over Dask's (at most
+1.0 is the goal), followed by the range of the rounds' own ratios. The load
 average is printed before and after.
+
+Each peer lets its run's values go once it has the result, and that is
+timed: Dask frees a value when no future refers to it any more, so our
+runs are ``forget()``-ed (state and values deleted) as part of each run. A
+run left to expire keeps its values in the RAM tier for ``run_ttl_s``,
+so every new value takes memory the kernel has not just freed, which on
+this VM costs up to 3 times as much (see the README's Speed section).
 
     pip install -e '.[bench]'
     python -m bench.bench_peers [--rounds 3] [--quick] [--only "16 MiB" ...]
@@ -90,7 +98,10 @@ class Ours:
         else:
             plan, params = value_across(self.a, self.b), {"peer_make": {"n_bytes": size}}
         run = submit_plan(plan, params=params, settings=self.settings, require_workers=True)
-        return run.wait(timeout=1800)
+        try:
+            return run.wait(timeout=1800)
+        finally:
+            run.forget()  # as Dask drops values no future refers to any more
 
     def redis_bytes_per_node(self, kind: str, size: int) -> float:
         """Redis memory a finished run keeps per node (every key of the run)."""
@@ -159,6 +170,24 @@ def page_reporting_note() -> str | None:
             " value rows measure that more than either peer (see the README's Speed section)")
 
 
+def interleaved(
+    peers: list[Any], rows: list[tuple[str, str, int]], rounds: int
+) -> dict[tuple[str, str], list[float]]:
+    """Seconds of every (workload, peer), round after round; within a round each
+    workload runs on every peer in turn, first ours then Dask's, then the other way
+    round: a peer that runs right after the other reuses memory the other just freed
+    (on this VM, memory freed a while ago costs a fault at the host to touch again),
+    so a fixed order would favour the second."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for round_number in range(rounds):
+        for name, kind, size in rows:
+            for peer in peers if round_number % 2 == 0 else peers[::-1]:
+                took = timed(lambda peer=peer, kind=kind, size=size: peer.run(kind, size))
+                times.setdefault((name, peer.name), []).append(took)
+        print(f"round {round_number + 1}/{rounds} done", flush=True)
+    return times
+
+
 def timed(action: Callable[[], Any]) -> float:
     started = time.perf_counter()
     action()
@@ -182,13 +211,7 @@ def main() -> None:
         try:
             for peer in peers:  # warm up: pools, connections, caches
                 peer.run("chain", 10)
-            times: dict[tuple[str, str], list[float]] = {}
-            for round_number in range(args.rounds):
-                for name, kind, size in rows:
-                    for peer in peers:
-                        took = timed(lambda peer=peer, kind=kind, size=size: peer.run(kind, size))
-                        times.setdefault((name, peer.name), []).append(took)
-                print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+            times = interleaved(peers, rows, args.rounds)
             per_node = {n: peers[0].redis_bytes_per_node("fork", n) for n in (200, 2_000)}
         finally:
             for peer in peers:
@@ -196,11 +219,13 @@ def main() -> None:
     after = os.getloadavg()
     print(f"\nmedians of {args.rounds} interleaved rounds; 2 workers x 2 slots each; "
           f"load average {before[0]:.2f} before, {after[0]:.2f} after")  # fmt: skip
-    print(f"{'workload':18} {'somatize':>10} {'dask':>10} {'ratio':>7}")
+    print(f"{'workload':18} {'somatize':>10} {'dask':>10} {'ratio':>7}  per round")
     for name, _, _ in rows:
-        ours = statistics.median(times[(name, "somatize")])
-        dask = statistics.median(times[(name, "dask")])
-        print(f"{name:18} {ours:9.3f}s {dask:9.3f}s {ours / dask:7.2f}")
+        ours, dask = times[(name, "somatize")], times[(name, "dask")]
+        each = [a / b for a, b in zip(ours, dask, strict=True)]
+        print(f"{name:18} {statistics.median(ours):9.3f}s {statistics.median(dask):9.3f}s "
+              f"{statistics.median(ours) / statistics.median(dask):7.2f}  "
+              f"{min(each):.2f}-{max(each):.2f}")
     for n, used in per_node.items():
         print(f"Redis kept by a finished {n}-branch fork-join: {used:.0f} bytes per node")
     note = page_reporting_note()
