@@ -21,7 +21,9 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
     checked, which also keeps the sweep away from a run whose producer is
     still writing its input before the run exists in Redis. The machine's
     RAM tier (``<ram_dir>/<key prefix>/<run>/...``, shared directory only)
-    is swept the same way, as one of ``extra_roots``, and its idle spare
+    is swept the same way, as one of ``ram_roots``, but checked once
+    :data:`RAM_ORPHAN_S` old (RAM is scarce: a node that finished after its
+    run was cancelled and forgotten may have written there); its idle spare
     files are trimmed (:mod:`somatize_tasks.store.spares`).
 
 Both are idempotent and safe to run in many processes at once.
@@ -54,7 +56,6 @@ from redis import Redis
 from somatize_tasks.errors import StoreError
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.store import SharedStore, key_part
-from somatize_tasks.store.local import LocalDir
 from somatize_tasks.store.spares import SparePool
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 BATCH = 500
 #: A temporary file untouched this long is a leftover (a live write touches it constantly).
 TEMP_GRACE_S = 600.0
+#: A RAM tier directory (``ram_roots``) this old whose run is gone is deleted.
+RAM_ORPHAN_S = 600.0
 #: A multipart upload started this long ago is abandoned.
 UPLOAD_GRACE_S = 3600.0
 _TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp(\.[0-9a-fA-F]{8})?$")
@@ -156,22 +159,26 @@ class RunCollector:
 
 
 class CacheSweeper:
-    """Deletes the run directories of one local cache whose runs Redis no longer knows."""
+    """Deletes the run directories of one local cache (and of this machine's RAM tier)
+    whose runs Redis no longer knows."""
 
     def __init__(
         self,
         client: Redis[bytes],
         keys: RedisKeys,
-        cache_root: Path,
+        cache_root: Path | None,
         run_ttl_s: float,
         interval_s: float,
-        extra_roots: Sequence[Path] = (),
+        ram_roots: Sequence[Path] = (),
         spares: SparePool | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
-        self.cache = LocalDir(cache_root)
-        self.roots = [cache_root, *extra_roots]
+        # Each root with the age from which its run directories are checked.
+        ram_age = min(run_ttl_s, RAM_ORPHAN_S)
+        self.roots = ([] if cache_root is None else [(cache_root, run_ttl_s)]) + [
+            (root, ram_age) for root in ram_roots
+        ]
         self.spares = spares
         self.run_ttl_s = run_ttl_s
         self.interval_s = interval_s
@@ -190,7 +197,7 @@ class CacheSweeper:
     def sweep(self) -> int:
         """Delete every old run directory whose run is gone (how many were deleted),
         and partial files older than :data:`TEMP_GRACE_S`."""
-        for root in self.roots:
+        for root, _ in self.roots:
             sweep_temp_files(root)
         if self.spares is not None:
             self.spares.trim()
@@ -205,18 +212,18 @@ class CacheSweeper:
                     deleted += 1
         if deleted:
             log.info("deleted %d expired run dir(s) from %s", deleted,
-                     ", ".join(str(root) for root in self.roots))  # fmt: skip
+                     ", ".join(str(root) for root, _ in self.roots))  # fmt: skip
         return deleted
 
     def _old_run_dirs(self) -> Iterator[Path]:
-        cutoff = time.time() - self.run_ttl_s
-        entries: list[Path] = []
-        for root in self.roots:
+        now = time.time()
+        entries: list[tuple[Path, float]] = []
+        for root, age in self.roots:
             try:
-                entries += root.iterdir()
+                entries += [(path, now - age) for path in root.iterdir()]
             except FileNotFoundError:
                 continue
-        for path in entries:
+        for path, cutoff in entries:
             if path.name.startswith("."):  # not a run: the RAM tier's spares
                 continue
             try:

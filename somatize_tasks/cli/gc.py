@@ -54,15 +54,16 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
     dirs = 0
     partial = sweep_temp_files(settings.store_dir) if settings.store_kind == "local" else 0
     if not no_caches:
-        ram = context.store.ram
-        for root in [*cache_roots(settings.cache_dir, worker_ids),
-                     *([ram.root] if ram is not None else [])]:  # fmt: skip
-            sweeper = CacheSweeper(
+        for root in cache_roots(settings.cache_dir, worker_ids):
+            dirs += CacheSweeper(
                 context.redis, context.keys, root, settings.run_ttl_s, settings.gc_interval_s
-            )
-            dirs += sweeper.sweep()
+            ).sweep()
+        ram = context.store.ram
         if ram is not None:
-            ram.spares.trim()
+            dirs += CacheSweeper(
+                context.redis, context.keys, None, settings.run_ttl_s, settings.gc_interval_s,
+                ram_roots=[ram.root], spares=ram.spares,
+            ).sweep()  # fmt: skip
     click.echo(
         f"collected {len(runs)} expired run(s) from {context.store.shared.describe()} "
         f"and the runs index; deleted {dirs} expired run dir(s) from local caches, "

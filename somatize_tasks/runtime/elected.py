@@ -141,7 +141,7 @@ def cache_sweeper(context: RunContext) -> CacheSweeper:
     ram = context.store.ram
     return CacheSweeper(context.redis, context.keys, context.store.cache.root,
                         settings.run_ttl_s, settings.gc_interval_s,
-                        extra_roots=[ram.root] if ram is not None else [],
+                        ram_roots=[ram.root] if ram is not None else [],
                         spares=ram.spares if ram is not None else None)  # fmt: skip
 
 

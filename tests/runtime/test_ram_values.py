@@ -116,7 +116,7 @@ def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its
     third = made_across(local, a, b, MIB)
     assert len(files(ram, third.id)) == 1
     expire(local, third.id)
-    sweeper = CacheSweeper(client, keys, local.cache_dir / "nobody", 0, 0, extra_roots=[ram])
+    sweeper = CacheSweeper(client, keys, local.cache_dir / "nobody", 0, 0, ram_roots=[ram])
     assert sweeper.sweep() >= 1
     assert files(ram, third.id) == []
 
@@ -166,9 +166,9 @@ def test_forget_refuses_a_running_run_and_says_how_to_end_it(
     ram_cluster: tuple[Settings, str, str],
 ) -> None:
     local, a, _ = ram_cluster
-    plan = {"Remote": {"node_id": "rt_sleep", "target": {"WorkerId": a},
+    plan = {"Remote": {"node_id": "rt_sleep", "target": {"WorkerId": a},  # 5 s: the CLI starts
                        "plan": {"Execute": {"node_id": "rt_sleep"}}}}  # fmt: skip
-    run = submit_plan(plan, input=7, params={"rt_sleep": {"s": 1.0}}, settings=local,
+    run = submit_plan(plan, input=7, params={"rt_sleep": {"s": 5.0}}, settings=local,
                       require_workers=True)  # fmt: skip
     with pytest.raises(RunStillRunningError, match=rf"run {run.id} is still running.*cancel"):
         run.forget()

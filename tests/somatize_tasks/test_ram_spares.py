@@ -17,7 +17,7 @@ from redis import Redis
 
 from somatize_tasks.codecs import codec_named
 from somatize_tasks.errors import ArtifactMissingError
-from somatize_tasks.gc import CacheSweeper
+from somatize_tasks.gc import RAM_ORPHAN_S, CacheSweeper
 from somatize_tasks.keys import RedisKeys
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import ArtifactStore
@@ -118,7 +118,7 @@ def test_the_cache_sweep_trims_spares_and_never_takes_them_for_a_run(
     tier.delete_prefix("gone-run/")
     write(tier, "expired-run", np.ones(4 * MIB, dtype=np.uint8))  # too large to take it
     sweeper = CacheSweeper(Redis.from_url(settings.redis_url), RedisKeys(settings.key_prefix),
-                           tmp_path / "cache", 0, 0, extra_roots=[tier.root],
+                           tmp_path / "cache", 0, 0, ram_roots=[tier.root],
                            spares=tier.spares)  # fmt: skip
     assert sweeper.sweep() == 1  # the expired run's directory, not the spares'
     assert len(spares(tier)) == 1
@@ -144,3 +144,21 @@ def test_a_reader_whose_file_was_recycled_meanwhile_says_so(local: Settings) -> 
     racing = type(npy)(**{**npy.__dict__, "read_file": recycled_while_read})
     with pytest.raises(ArtifactMissingError, match=r"node 'big' \(run 'run-.*'\) was deleted"):
         _read_ram(path, racing, ArtifactRef.model_validate(ref.model_dump()))
+
+
+def test_a_gone_runs_ram_directory_goes_after_minutes_its_cache_after_the_ttl(
+    settings: Settings, ram_dir: Path, tmp_path: Path
+) -> None:
+    """Say a node finished after its run was cancelled and forgotten: what it wrote
+    must not hold RAM for the week a cache directory may wait."""
+    week = 7 * 24 * 3600
+    old, recent = time.time() - RAM_ORPHAN_S - 60, time.time() - RAM_ORPHAN_S + 60
+    ram_old, ram_recent, cache_old = ram_dir / "run-a", ram_dir / "run-b", tmp_path / "run-c"
+    for path, at in ((ram_old, old), (ram_recent, recent), (cache_old, old)):
+        (path / "n").mkdir(parents=True)
+        (path / "n" / "0").write_bytes(b"x" * 1000)
+        os.utime(path, (at, at))
+    sweeper = CacheSweeper(Redis.from_url(settings.redis_url), RedisKeys(settings.key_prefix),
+                           tmp_path, week, 0, ram_roots=[ram_dir])  # fmt: skip
+    assert sweeper.sweep() == 1
+    assert not ram_old.exists() and ram_recent.exists() and cache_old.exists()
