@@ -38,6 +38,19 @@ from somatize_tasks.registry import Registry
 from somatize_tasks.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
+def _leases_enabled() -> bool:
+    """Whether this kernel grants file leases, which recycling RAM files needs."""
+    try:
+        return Path("/proc/sys/fs/leases-enable").read_text().strip() != "0"
+    except OSError:
+        return False
+
+
+#: Skips a test of recycled RAM files where the kernel grants no file leases.
+needs_leases = pytest.mark.skipif(not _leases_enabled(),
+                                  reason="the kernel grants no file leases (fs.leases-enable)")
+
+
 TEST_NODES = ",".join([
     "tests.somatize_tasks.worker_nodes",
     "somatize_tasks.examples.nodes",

@@ -318,7 +318,7 @@ def forget(run_ids: tuple[str, ...]) -> None:
     settings = Settings.from_env()
     context = producer_context(settings)
     for run_id in run_ids:
-        key_part("run id", run_id)
+        key_part("run id", run_id)  # a malformed id is an error naming it, not a miss
         if forget_run(context, run_id):
             click.echo(f"run {run_id} forgotten: its state and values are deleted")
         else:

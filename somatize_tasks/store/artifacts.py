@@ -60,20 +60,29 @@ def _read_file(path: Path, codec: Codec) -> Any:
 
 
 def _read_ram(path: Path, codec: Codec, ref: ArtifactRef) -> Any:
-    """A RAM value, checked to still be at its path once it is read (or mapped): a
-    forgotten run's files may become spares, overwritten in place, and one is only
-    taken while nobody holds it (see :mod:`somatize_tasks.store.spares`)."""
+    """A RAM value, checked once it is read (or mapped) to be the file its path led
+    to before: a forgotten run's files may become spares, overwritten in place, and
+    one is only taken while nobody holds it (see :mod:`somatize_tasks.store.spares`)."""
     try:
+        before = _identity(path)
         value = _read_file(path, codec)
-        gone = not path.exists()
+        same = _identity(path) == before
     except FileNotFoundError:
-        gone = True
-    if gone:
+        same = False
+    if not same:
         raise ArtifactMissingError(
-            f"the value of node '{ref.node_id}' (run '{ref.run_id}') was deleted while it "
-            "was read: its run was forgotten or collected"
+            f"the value of node '{ref.node_id}' (run '{ref.run_id}') was moved or "
+            "replaced while it was read: its run was forgotten or collected, or the "
+            "node ran again; read it again if its run still exists"
         )
     return value
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """Which file ``path`` is now, and when that file last changed hands (ctime: a
+    rename, a claim as a spare and a rewrite all change it)."""
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_ctime_ns
 
 
 class ArtifactStore:

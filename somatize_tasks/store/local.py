@@ -19,6 +19,20 @@ from typing import IO
 from somatize_tasks.errors import ArtifactCorruptError, ArtifactMissingError
 
 
+def _open_for_writing(temp: Path, recycle: Callable[[Path], bool] | None) -> IO[bytes]:
+    """``temp`` opened to be written: a recycled file if ``recycle`` put one there and
+    it can be opened, else a new one.
+
+    Not ``open("r+b")``: NumPy writes an array straight from memory only into a
+    ``BufferedWriter``; into anything else it copies it in chunks first."""
+    if recycle is not None and recycle(temp):
+        try:
+            return io.BufferedWriter(io.FileIO(temp, "r+"))
+        except OSError:  # not ours to write (another user's spare): a new file instead
+            temp.unlink(missing_ok=True)
+    return temp.open("wb")
+
+
 class LocalDir:
     """Artifacts under ``root``, addressed by keys from :func:`artifact_key`."""
 
@@ -35,16 +49,14 @@ class LocalDir:
         """Run ``writer`` on a temporary file, then move it into place; returns its size.
 
         ``recycle(temp)`` may put an old file at the temporary name first: it is
-        then overwritten in place (its pages reused) and cut to what was written.
+        then overwritten in place (its pages reused) and cut where ``writer`` stopped,
+        so ``writer`` must write its value from the start, in order (every codec does).
         """
         final = self.path_for(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
         try:
-            reused = recycle is not None and recycle(temp)
-            # Not open("r+b"): NumPy writes arrays straight from memory only into a
-            # BufferedWriter; into anything else it copies them in chunks first.
-            with io.BufferedWriter(io.FileIO(temp, "r+")) if reused else temp.open("wb") as fh:
+            with _open_for_writing(temp, recycle) as fh:
                 writer(fh)
                 fh.truncate()
             size = temp.stat().st_size

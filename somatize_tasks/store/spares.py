@@ -19,11 +19,13 @@ A file is only recycled if nobody has it open or mapped: values are read
 memory-mapped, and a mapping must never see its bytes change. The kernel
 says so: a write lease (``F_SETLEASE``) is granted only on a file no other
 descriptor or mapping holds, and while it is held, whoever opens the file
-waits. So the file is leased, renamed away, then released; a reader that
-opened it meanwhile finds its path gone once it has it mapped, and says so
-(``ArtifactStore.get``). A file the lease is refused for (in use, owned by
-another user, a system without leases) is deleted as before: a mapping
-keeps an unlinked file's pages, never a recycled one's.
+waits. So the file is leased, renamed away, checked again (see
+:func:`_alone`), then released; a reader that opened it meanwhile finds,
+once it has it mapped, that its path no longer leads to the same file, and
+says so (``ArtifactStore.get``). A file with a second name is never taken,
+and one the lease is refused for (in use, owned by another user, a system
+without leases) is deleted as before: a mapping keeps an unlinked file's
+pages, never a recycled one's.
 """
 
 from __future__ import annotations
@@ -56,17 +58,23 @@ class SparePool:
         self.max_bytes = max_bytes
 
     def keep(self, path: Path, size: int) -> bool:
-        """Move the value file ``path`` (``size`` bytes) in as a spare if it fits;
-        False if it does not (the caller deletes it). The budget is checked per call:
-        processes keeping spares at once may overshoot it by what they keep."""
+        """Move the value file ``path`` (``size`` bytes) in as a spare if it fits and
+        nobody holds it; False if not (the caller deletes it). The budget is checked
+        per call: processes keeping spares at once may overshoot it by what they keep."""
         spares = self._list()
         if len(spares) >= MAX_SPARES or sum(s for s, _, _ in spares) + size > self.max_bytes:
             return False
+        spare = self.dir / uuid.uuid4().hex
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with _leased(path):
-                os.utime(path)  # idle time counts from now (no sweep takes it for a leftover)
-                os.rename(path, self.dir / uuid.uuid4().hex)
+            with _leased(path) as fd:
+                if os.fstat(fd).st_nlink != 1:
+                    return False  # another name reaches it: a reader could map it there
+                os.utime(fd)  # idle time counts from now (no sweep takes it for a leftover)
+                os.rename(path, spare)
+                if not _alone(fd, spare):
+                    spare.unlink(missing_ok=True)
+                    return False
         except OSError:  # in use, not ours to lease, or no leases here: not recycled
             return False
         return True
@@ -115,9 +123,9 @@ class SparePool:
 
 
 @contextlib.contextmanager
-def _leased(path: Path) -> Iterator[None]:
-    """Hold a write lease on ``path``: proof that no one else has it open or mapped,
-    and anyone opening it meanwhile waits. OSError if the kernel refuses it."""
+def _leased(path: Path) -> Iterator[int]:
+    """A descriptor of ``path`` with a write lease on it: proof that no one else had it
+    open or mapped, and whoever opens it meanwhile waits. OSError if refused."""
     if not hasattr(fcntl, "F_SETLEASE"):
         raise OSError(errno.ENOTSUP, "this system has no file leases")
     fd = os.open(path, os.O_RDONLY)
@@ -127,8 +135,25 @@ def _leased(path: Path) -> Iterator[None]:
         fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
         try:
-            yield
+            yield fd
         finally:
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
     finally:
         os.close(fd)
+
+
+def _alone(fd: int, spare: Path) -> bool:
+    """After the rename: is ``spare`` the file leased through ``fd``, still held by no one?
+
+    The kernel checks for a lease before it counts a read-only open, so an open
+    that was under way when the lease was granted shows only now: leasing again
+    re-runs the check (and fails while an opener waits on the lease). A file put
+    at the path between the open and the rename (the same key written again) is
+    not the one leased.
+    """
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        leased, moved = os.fstat(fd), os.lstat(spare)
+    except OSError:
+        return False
+    return (leased.st_dev, leased.st_ino) == (moved.st_dev, moved.st_ino)

@@ -27,7 +27,7 @@ from somatize_tasks.runtime.submit import submit_plan
 from somatize_tasks.settings import Settings
 from somatize_tasks.store import key_part, shared_store
 from somatize_tasks.store.spares import SPARE_DIR
-from tests.conftest import TEST_NODES, WorkerFactory
+from tests.conftest import TEST_NODES, WorkerFactory, needs_leases
 from tests.runtime.test_cli_runs import cli
 
 MIB = 1 << 20
@@ -123,10 +123,13 @@ def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its
 
 def run_keys_left(settings: Settings, run_id: str) -> list[bytes]:
     client = Redis.from_url(settings.redis_url)
+    return list(client.scan_iter(match=RedisKeys(settings.key_prefix).run(run_id) + "*"))
+
+
+def index_score(settings: Settings, run_id: str) -> float | None:
+    """The run's date in the runs index, which the run collector goes by."""
     keys = RedisKeys(settings.key_prefix)
-    found = list(client.scan_iter(match=keys.run(run_id) + "*"))
-    in_index = client.zscore(keys.runs, run_id) is not None
-    return found + ([b"<runs index>"] if in_index else [])
+    return Redis.from_url(settings.redis_url).zscore(keys.runs, run_id)
 
 
 def test_forget_deletes_an_ended_runs_state_and_values_everywhere_at_once(
@@ -143,11 +146,13 @@ def test_forget_deletes_an_ended_runs_state_and_values_everywhere_at_once(
     held = in_ram.result("peer_make")  # memory-mapped from the RAM file
     assert run_keys_left(local, in_ram.id)
 
+    forgotten_at = time.time()
     assert in_ram.forget() is True
     assert cli("forget", on_disk.id, settings=local).stdout.strip() == (
         f"run {on_disk.id} forgotten: its state and values are deleted")
     for run in (in_ram, on_disk):
         assert run_keys_left(local, run.id) == []
+        assert (index_score(local, run.id) or 0) >= forgotten_at  # collected again a TTL on
         for root in (ram, local.store_dir, local.cache_dir / a, local.cache_dir / b):
             assert files(root, run.id) == [], root
     assert int(held.sum()) == MIB  # what was read stays valid: the file was unlinked
@@ -178,6 +183,7 @@ def test_forget_refuses_a_running_run_and_says_how_to_end_it(
     assert run.forget() is True
 
 
+@needs_leases
 def test_the_next_value_reuses_the_ram_file_of_a_forgotten_run(
     ram_cluster: tuple[Settings, str, str],
 ) -> None:

@@ -25,8 +25,10 @@ from somatize_tasks.store.artifacts import _read_ram
 from somatize_tasks.store.ram import RamTier
 from somatize_tasks.store.ref import ArtifactRef
 from somatize_tasks.store.spares import IDLE_S, SPARE_DIR
+from tests.conftest import needs_leases
 
 MIB = 1 << 20
+pytestmark = needs_leases
 
 
 def save(value: np.ndarray) -> tuple[int, Callable[[IO[bytes]], None]]:
@@ -128,7 +130,7 @@ def test_the_cache_sweep_trims_spares_and_never_takes_them_for_a_run(
     assert spares(tier) == []
 
 
-def test_a_reader_whose_file_was_recycled_meanwhile_says_so(local: Settings) -> None:
+def test_a_reader_whose_file_was_replaced_meanwhile_says_so(local: Settings) -> None:
     store = ArtifactStore(local, "ram-a")
     ref = store.put(f"run-{uuid.uuid4().hex[:8]}", "big", 0, np.ones(MIB, dtype=np.uint8))
     assert store.ram is not None
@@ -136,13 +138,14 @@ def test_a_reader_whose_file_was_recycled_meanwhile_says_so(local: Settings) -> 
     assert path is not None
     npy = codec_named("npy")
 
-    def recycled_while_read(where: Path) -> object:
+    def replaced_while_read(where: Path) -> object:
         value = np.load(where, mmap_mode="r")
-        where.rename(where.with_name("elsewhere"))  # what a spare claim does to the path
+        np.save(where.with_name("again.npy"), np.zeros(MIB, dtype=np.uint8))
+        os.replace(where.with_name("again.npy"), where)  # the path still exists
         return value
 
-    racing = type(npy)(**{**npy.__dict__, "read_file": recycled_while_read})
-    with pytest.raises(ArtifactMissingError, match=r"node 'big' \(run 'run-.*'\) was deleted"):
+    racing = type(npy)(**{**npy.__dict__, "read_file": replaced_while_read})
+    with pytest.raises(ArtifactMissingError, match=r"node 'big' \(run 'run-.*'\) was moved or"):
         _read_ram(path, racing, ArtifactRef.model_validate(ref.model_dump()))
 
 
@@ -162,3 +165,82 @@ def test_a_gone_runs_ram_directory_goes_after_minutes_its_cache_after_the_ttl(
                            tmp_path, week, 0, ram_roots=[ram_dir])  # fmt: skip
     assert sweeper.sweep() == 1
     assert not ram_old.exists() and ram_recent.exists() and cache_old.exists()
+
+
+def test_a_file_with_a_second_name_is_never_recycled(ram_dir: Path) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    path = write(tier, "r1", np.ones(MIB, dtype=np.uint8))
+    os.link(path, ram_dir / "other-name")  # a cache's hard link, say: readable there
+    tier.delete_prefix("r1/")
+    assert spares(tier) == [] and int(np.load(ram_dir / "other-name").sum()) == MIB
+
+
+def test_a_file_written_again_between_the_lease_and_the_move_is_not_kept(
+    ram_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier = RamTier(ram_dir, 64 * MIB)
+    path = write(tier, "r1", np.ones(MIB, dtype=np.uint8))
+    newer = ram_dir / "newer"
+    np.save(newer, np.zeros(MIB, dtype=np.uint8))
+    real_utime = os.utime
+
+    def rewritten_meanwhile(target: int | Path, *args: object) -> None:
+        os.replace(f"{newer}.npy", path)  # the same key written again, by a late task
+        real_utime(target)
+
+    monkeypatch.setattr(os, "utime", rewritten_meanwhile)
+    assert tier.spares.keep(path, path.stat().st_size) is False
+    assert spares(tier) == []
+
+
+def test_a_reader_that_opens_a_file_while_it_is_taken_as_a_spare_says_so(
+    local: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real open that waits on the lease: the kernel lets it finish once the file is
+    moved, so the reader must see that its path now leads elsewhere, and the file must
+    not be kept, as the reader maps it."""
+    store = ArtifactStore(local, "ram-a")
+    ref = store.put("run-read", "big", 0, np.full(MIB // 2, 3, dtype=np.uint8))  # fits the spares
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(local.ram_dir), local.key_prefix,
+         ref.model_dump_json()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline().strip() == "ready"
+    real_utime, told = os.utime, []
+
+    def reader_opens_meanwhile(target: int | Path, *args: object) -> None:
+        told.append(target)
+        reader.stdin.write("go\n")  # type: ignore[union-attr]
+        reader.stdin.flush()  # type: ignore[union-attr]
+        time.sleep(0.5)  # it is waiting on the lease now
+        real_utime(target)
+
+    monkeypatch.setattr(os, "utime", reader_opens_meanwhile)
+    try:
+        assert store.ram is not None
+        store.ram.delete_prefix("run-read/")
+        assert told, "the file was never leased"
+        assert reader.stdout.readline().strip() == "ArtifactMissingError"
+        assert spares(store.ram) == []
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+_READER = """
+import sys
+from pathlib import Path
+from somatize_tasks.errors import ArtifactMissingError
+from somatize_tasks.settings import Settings
+from somatize_tasks.store import ArtifactRef, ArtifactStore
+settings = Settings(store_kind="local", ram_dir=Path(sys.argv[1]), key_prefix=sys.argv[2])
+store, ref = ArtifactStore(settings, "reader"), ArtifactRef.model_validate_json(sys.argv[3])
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    print(int(store.get(ref).sum()), flush=True)
+except ArtifactMissingError:
+    print("ArtifactMissingError", flush=True)
+"""
