@@ -95,6 +95,9 @@ def test_multipart_upload_and_download(settings: Settings, tmp_path: Path) -> No
         "s3_multipart_threshold_bytes": 5 * 1024 * 1024,
         "s3_multipart_chunk_bytes": 5 * 1024 * 1024,
         "cache_dir": tmp_path,
+        # A prefix of its own: moto dates every upload 2010, so the session's workers,
+        # collecting, would take this one for abandoned and abort it mid-upload.
+        "s3_prefix": f"{settings.s3_prefix}-multipart",
     })
     source, target = ArtifactStore(small_parts, "mp-a"), ArtifactStore(small_parts, "mp-b")
     value = np.random.default_rng(0).standard_normal(2_000_000)  # 16 MB: 4 parts
