@@ -25,11 +25,11 @@ from typing import Any
 
 from bench.common import bench_settings
 from somatize_tasks import submit_plan
-from somatize_tasks.reservations import Reservations
-from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.workers.reservations import Reservations
+from testkit.workers import WorkerFactory
 
-NODES = "tests.runtime.run_nodes"
+NODES = "testkit.nodes.run_nodes"
 PLAN = {"Sequence": [{"Execute": {"node_id": n}} for n in ("rt_sleep", "rt_sleep_2", "rt_sleep_3")]}
 
 

@@ -24,9 +24,9 @@ from celery import chain, chord
 
 from bench.common import bench_settings
 from somatize_tasks import create_app, submit_plan
-from somatize_tasks.keys import queue_name
-from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory
+from somatize_tasks.config.keys import queue_name
+from somatize_tasks.config.settings import Settings
+from testkit.workers import WorkerFactory
 
 
 def chain_plan(size: int) -> dict[str, object]:
@@ -68,8 +68,8 @@ def measure(settings: Settings, root: Path, size: int, repeats: int) -> None:
     """Start two workers, time both workloads both ways, print the table."""
     factory = WorkerFactory(settings, root)
     try:
-        first = factory.start("a", tags="cpu", nodes="bench.dispatch_nodes")
-        factory.start("b", tags="cpu", nodes="bench.dispatch_nodes")
+        first = factory.start("a", tags="cpu", nodes="testkit.nodes.dispatch_nodes")
+        factory.start("b", tags="cpu", nodes="testkit.nodes.dispatch_nodes")
         app = create_app(settings)
         noop = app.signature("bench.noop", queue=queue_name(first.worker_id))
 

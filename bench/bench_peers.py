@@ -30,11 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import peer_nodes
 from bench.common import bench_settings, finished_run_bytes
 from somatize_tasks import submit_plan
-from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory
+from somatize_tasks.config.settings import Settings
+from testkit.nodes import peer_nodes
+from testkit.workers import WorkerFactory
 
 Workload = tuple[str, dict[str, Any]]
 MIB = 1 << 20
@@ -84,8 +84,8 @@ class Ours:
     def __init__(self, settings: Settings, root: Path) -> None:
         self.settings = settings
         self.factory = WorkerFactory(settings, root)
-        self.a = self.factory.start("a", tags="cpu", nodes="bench.peer_nodes").worker_id
-        self.b = self.factory.start("b", tags="cpu", nodes="bench.peer_nodes").worker_id
+        self.a = self.factory.start("a", tags="cpu", nodes="testkit.nodes.peer_nodes").worker_id
+        self.b = self.factory.start("b", tags="cpu", nodes="testkit.nodes.peer_nodes").worker_id
 
     def run(self, kind: str, size: int) -> Any:
         params: dict[str, Any] = {}

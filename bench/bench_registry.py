@@ -30,9 +30,9 @@ from redis import Redis
 from bench.fake_workers import command_costs, fake_workers, measure_redis_cpu
 from scheduler import WorkerInfo
 from somatize_tasks import live_workers
-from somatize_tasks.registry import Registry
-from somatize_tasks.settings import Settings
-from tests.conftest import start_redis_server
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.workers.registry import Registry
+from testkit.services import start_redis_server
 
 SIZES = (1, 100, 1_000, 10_000)
 CPU_SIZES = (100, 1_000)

@@ -23,10 +23,10 @@ from typing import Any
 from bench.bench_peers import chain, chains, ex, fork_join
 from bench.common import bench_settings, finished_run_bytes
 from somatize_tasks import submit_plan
-from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory
+from somatize_tasks.config.settings import Settings
+from testkit.workers import WorkerFactory
 
-NODES = "bench.peer_nodes,tests.runtime.run_nodes"
+NODES = "testkit.nodes.peer_nodes,testkit.nodes.run_nodes"
 LOOP_BODY = 20
 LOOP_PASSES = 5
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import boto3
 import numpy as np
 
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.store import ArtifactStore
 
 

@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_nodes  # noqa: F401  (the catalog, for the expected output)
 from bench.common import bench_settings
 from somatize_tasks import PlanRun, run_local, submit_plan
-from somatize_tasks.settings import Settings
-from tests.conftest import WorkerFactory, WorkerProcess
+from somatize_tasks.config.settings import Settings
+from testkit.nodes import chaos_nodes  # noqa: F401  (the catalog, for the expected output)
+from testkit.workers import WorkerFactory, WorkerProcess
 
-NODES = "bench.chaos_nodes"
+NODES = "testkit.nodes.chaos_nodes"
 
 
 def fork_join(prefix: str, width: int, first: int) -> tuple[list[Any], int]:

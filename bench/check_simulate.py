@@ -4,7 +4,7 @@ All in one run, because this machine is shared and its load moves by the
 second, on a ``redis-server`` started for the purpose (and a second one,
 the *decoy*):
 
-1. :func:`somatize_tasks.simulate_calibrate.calibrate` measures the
+1. :func:`somatize_tasks.sizing.calibrate.calibrate` measures the
    registry, reaper and repair costs on it, right before they are used.
 2. Two real workers start. Idle, their Redis CPU and calls give Celery's
    own polling per worker; two unfused chains give the dispatch's Redis CPU
@@ -27,12 +27,12 @@ task); each sample is sorted by the fakes' state at its midpoint. The
 simulation takes the delays measured with the fakes on the decoy as the
 path's distribution and adds the waits of the path's Redis round trips in
 the measured Redis' queue with the fakes' command mix
-(:mod:`somatize_tasks.simulate_delay`), for the heartbeat rate the fakes
+(:mod:`somatize_tasks.sizing.delay`), for the heartbeat rate the fakes
 really reached. The table shows the p99 of all samples and the median
 (and range) of the rounds' p99s: with about 250 samples a state a round,
 those move by 2-4x between rounds, so the first is the one to judge by.
 
-What it measured is written to ``somatize_tasks/simulate_costs.json`` (the
+What it measured is written to ``somatize_tasks/sizing/simulate_costs.json`` (the
 CLI's default costs) unless ``--no-save``.
 
     python -m bench.check_simulate [--seconds 10] [--rounds 12] [--no-save]
@@ -55,12 +55,13 @@ from redis import Redis
 from bench.fake_workers import FakeWorkers, fake_workers, redis_cpu_s
 from bench.interleave import split, switching
 from somatize_tasks import submit_plan
-from somatize_tasks.keys import RedisKeys
-from somatize_tasks.settings import Settings
-from somatize_tasks.simulate import COSTS_FILE, Cluster, Costs, predict
-from somatize_tasks.simulate_calibrate import calibrate, light_calls
-from somatize_tasks.simulate_delay import path_quantiles
-from tests.conftest import WorkerFactory, start_redis_server
+from somatize_tasks.config.keys import RedisKeys
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.sizing.calibrate import calibrate, light_calls
+from somatize_tasks.sizing.delay import path_quantiles
+from somatize_tasks.sizing.simulate import COSTS_FILE, Cluster, Costs, predict
+from testkit.services import start_redis_server
+from testkit.workers import WorkerFactory
 
 CHAIN = 500
 IDS = ["rt_add" if i == 0 else f"rt_add_{i + 1}" for i in range(CHAIN)]
@@ -101,7 +102,7 @@ def run_chain(settings: Settings, client: Redis[bytes]) -> Chain:
 
 def p99(values: list[float]) -> float:
     """Interpolated between order statistics as the model's quantiles are
-    (:func:`~somatize_tasks.simulate_delay.path_quantiles`): with a few hundred
+    (:func:`~somatize_tasks.sizing.delay.path_quantiles`): with a few hundred
     samples the usual "exclusive" definition lands a whole sample higher."""
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
@@ -229,7 +230,7 @@ def main() -> None:
                         help=f"Do not write {COSTS_FILE.name}.")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
-    logging.getLogger("somatize_tasks.simulate_calibrate").setLevel(logging.INFO)
+    logging.getLogger("somatize_tasks.sizing.calibrate").setLevel(logging.INFO)
     proc, port = start_redis_server()
     decoy_proc, decoy_port = start_redis_server()
     root = Path(tempfile.mkdtemp(prefix="check-simulate-"))
@@ -245,7 +246,7 @@ def main() -> None:
         factory = WorkerFactory(settings, root)
         try:
             for name in ("a", "b"):
-                factory.start(name, tags="cpu", nodes="tests.runtime.run_nodes")
+                factory.start(name, tags="cpu", nodes="testkit.nodes.run_nodes")
             decoy = settings.model_copy(
                 update={"redis_url": f"redis://127.0.0.1:{decoy_port}/0"})
             compare(client, settings, decoy, costs, args)

@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from somatize_tasks.runtime.handle import PlanRun
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.runtime.producer.handle import PlanRun
 from somatize_tasks.store.ram import ram_tier
-from tests.conftest import _answers, start_redis_server
+from testkit.services import answers, start_redis_server
 
 STANDARD_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -27,7 +27,7 @@ def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path
     prefix, a shared-directory store in a temp dir; and that temp dir."""
     server: subprocess.Popen[bytes] | None = None
     redis_url = STANDARD_REDIS
-    if not _answers(redis_url):
+    if not answers(redis_url):
         server, port = start_redis_server()
         redis_url = f"redis://127.0.0.1:{port}/0"
     root = Path(tempfile.mkdtemp(prefix=f"{name}-"))

@@ -26,12 +26,12 @@ from typing import Any
 from redis import Redis
 
 from scheduler import WorkerInfo
-from somatize_tasks.celery_app import create_app
-from somatize_tasks.registry import Registry
-from somatize_tasks.runtime.context import run_context
-from somatize_tasks.runtime.elected import ReaperLoop
-from somatize_tasks.runtime.reaper import Reaper
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.messaging.celery_app import create_app
+from somatize_tasks.runtime.engine.context import run_context
+from somatize_tasks.runtime.recovery.elected import ReaperLoop
+from somatize_tasks.runtime.recovery.reaper import Reaper
+from somatize_tasks.workers.registry import Registry
 
 
 def fake_info(index: int) -> WorkerInfo:

@@ -5,7 +5,8 @@
 :class:`DistributionPlan`; ``schedule_study`` places study trials.
 """
 
-from scheduler.distribution import (
+from scheduler.errors import FieldProblem, PlacementError, PlanValidationError, SchedulerError
+from scheduler.model.distribution import (
     PARALLEL,
     SEQUENTIAL,
     Assignment,
@@ -14,11 +15,8 @@ from scheduler.distribution import (
     Phase,
     PlanPhase,
 )
-from scheduler.errors import FieldProblem, PlacementError, PlanValidationError, SchedulerError
-from scheduler.graph import PlanDocument, Predecessors, check_predecessors, load_plan_document
-from scheduler.notices import plan_warnings
-from scheduler.placement import data_edges, exit_nodes, schedule, schedule_study
-from scheduler.plan import (
+from scheduler.model.graph import PlanDocument, Predecessors, check_predecessors, load_plan_document
+from scheduler.model.plan import (
     SOMA_LOOP_CAP,
     Branch,
     Composite,
@@ -35,8 +33,10 @@ from scheduler.plan import (
     Step,
     Stream,
     load_plan,
+    plan_warnings,
 )
-from scheduler.workers import WorkerInfo, load_workers
+from scheduler.model.workers import WorkerInfo, load_workers
+from scheduler.placement.schedule import data_edges, exit_nodes, schedule, schedule_study
 
 __all__ = [
     "PARALLEL",

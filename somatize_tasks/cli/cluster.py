@@ -34,7 +34,7 @@ from somatize_tasks.local_cluster import (
 )
 from somatize_tasks.local_cluster.cluster import DEMO_NODES, ArgumentSettings
 from somatize_tasks.local_cluster.processes import interrupts_raise
-from somatize_tasks.registry import Registry
+from somatize_tasks.workers.registry import Registry
 
 people = Console(stderr=True, highlight=False)
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from scheduler import SchedulerError
-from scheduler.depth import MAX_JSON_DEPTH, line_and_column, text_too_deep
+from scheduler.model.depth import MAX_JSON_DEPTH, line_and_column, text_too_deep
 from somatize_tasks.errors import SomatizeError
 
 P = ParamSpec("P")
@@ -29,7 +29,7 @@ R = TypeVar("R")
 def load_json_file(path: str | Path, what: str) -> Any:
     """Parsed JSON from ``path``; errors name the file, the line and the column.
 
-    Nesting deeper than :data:`~scheduler.depth.MAX_JSON_DEPTH` is refused before
+    Nesting deeper than :data:`~scheduler.model.depth.MAX_JSON_DEPTH` is refused before
     parsing (Python's reader recurses once per level), as is text that is not UTF-8.
     """
     file = Path(path)
@@ -104,7 +104,7 @@ def settings_problems(exc: ValidationError, flags: dict[str, str] | None = None)
 class FriendlyGroup(click.Group):
     """A command group where invalid settings (``SOMATIZE_*``) are one ``Error:`` line.
 
-    Every command builds its :class:`~somatize_tasks.settings.Settings` from the
+    Every command builds its :class:`~somatize_tasks.config.settings.Settings` from the
     environment; catching the validation error here covers them all at once.
     """
 

@@ -31,11 +31,11 @@ from somatize_tasks.cli.runs import follow, status_table
 from somatize_tasks.errors import RunError
 from somatize_tasks.local_cluster import LocalCluster, worker_specs
 from somatize_tasks.local_cluster.processes import interrupts_raise
-from somatize_tasks.registry import Registry
-from somatize_tasks.run_record import read_run
-from somatize_tasks.runtime.handle import PlanRun, RunStatus
-from somatize_tasks.runtime.submit import submit_plan
-from somatize_tasks.timeline_page import write_timeline
+from somatize_tasks.observe.run_record import read_run
+from somatize_tasks.observe.timeline_page import write_timeline
+from somatize_tasks.runtime.producer.handle import PlanRun, RunStatus
+from somatize_tasks.runtime.producer.submit import submit_plan
+from somatize_tasks.workers.registry import Registry
 
 console = Console(highlight=False)
 DEMO_TAGS = ("gpu", "cpu", "cpu")

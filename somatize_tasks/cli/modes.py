@@ -18,9 +18,9 @@ import numpy as np
 
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors, load_json_file
-from somatize_tasks.runtime.handle import PlanRun
-from somatize_tasks.runtime.states import looks_like_file, read_bundle, write_bundle
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.runtime.producer.fitted_states import looks_like_file, read_bundle, write_bundle
+from somatize_tasks.runtime.producer.handle import PlanRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -29,13 +29,14 @@ from somatize_tasks.cli.common import (
 )
 from somatize_tasks.cli.modes import local_states, mode_options
 from somatize_tasks.cli.plan import print_report
-from somatize_tasks.runtime.context import producer_context
-from somatize_tasks.runtime.forget import forget_run
-from somatize_tasks.runtime.handle import PlanRun, RunStatus
-from somatize_tasks.runtime.local import run_local
-from somatize_tasks.runtime.states import write_bundle
-from somatize_tasks.runtime.submit import NoWorkersError, submit_plan
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import NoWorkersError
+from somatize_tasks.runtime.engine.context import producer_context
+from somatize_tasks.runtime.producer.fitted_states import write_bundle
+from somatize_tasks.runtime.producer.forget import forget_run
+from somatize_tasks.runtime.producer.handle import PlanRun, RunStatus
+from somatize_tasks.runtime.producer.local import run_local
+from somatize_tasks.runtime.producer.submit import submit_plan
 from somatize_tasks.store import key_part
 
 people = Console(stderr=True)

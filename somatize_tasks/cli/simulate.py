@@ -1,4 +1,4 @@
-"""``somatize-tasks simulate``: size a cluster on paper (see :mod:`somatize_tasks.simulate`)."""
+"""``somatize-tasks simulate``: size a cluster on paper (:mod:`somatize_tasks.sizing`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from somatize_tasks.cli import main
-from somatize_tasks.simulate import COSTS_FILE, Cluster, Costs, predict
-from somatize_tasks.simulate_calibrate import calibrate
+from somatize_tasks.sizing.calibrate import calibrate
+from somatize_tasks.sizing.simulate import COSTS_FILE, Cluster, Costs, predict
 
 
 @main.command("simulate")

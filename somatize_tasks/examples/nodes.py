@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from somatize_tasks.catalog import node
+from somatize_tasks.catalog.entries import node
 
 Dataset = dict[str, Any]
 

@@ -4,6 +4,7 @@ Used by ``somatize-tasks demo`` (in the foreground, torn down at the end)
 and ``somatize-tasks cluster up``/``down`` (in the background).
 """
 
+from somatize_tasks.errors import ClusterError
 from somatize_tasks.local_cluster.cluster import (
     LocalCluster,
     SavedCluster,
@@ -11,7 +12,7 @@ from somatize_tasks.local_cluster.cluster import (
     save_state,
     worker_specs,
 )
-from somatize_tasks.local_cluster.redis_server import ClusterError, find_redis_server
+from somatize_tasks.local_cluster.redis_server import find_redis_server
 
 __all__ = [
     "ClusterError",

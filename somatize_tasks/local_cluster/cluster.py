@@ -37,16 +37,12 @@ from typing import Any
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from redis.exceptions import RedisError
 
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import ClusterError
 from somatize_tasks.local_cluster.processes import ProcessRef, signals_deferred, spawn, stop_group
-from somatize_tasks.local_cluster.redis_server import (
-    ClusterError,
-    RedisBinary,
-    find_redis_server,
-    start_redis,
-)
-from somatize_tasks.machine import detect_gpu
-from somatize_tasks.registry import Registry
-from somatize_tasks.settings import Settings
+from somatize_tasks.local_cluster.redis_server import RedisBinary, find_redis_server, start_redis
+from somatize_tasks.workers.machine import detect_gpu
+from somatize_tasks.workers.registry import Registry
 
 DEMO_NODES = ("somatize_tasks.examples.nodes",)
 WORKER_START_TIMEOUT_S = 60.0

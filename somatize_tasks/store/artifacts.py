@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from somatize_tasks.codecs import Codec, codec_for, codec_named
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import ArtifactMissingError, DiskFullError
-from somatize_tasks.settings import Settings
+from somatize_tasks.store.codecs import Codec, codec_for, codec_named
 from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
 from somatize_tasks.store.ram import ram_tier

@@ -23,7 +23,7 @@ A refused value goes to the disk cache as before. Files are laid out like
 every store (``<run>/<node>/<iteration>`` under ``<ram dir>/<key prefix>``)
 and go with their run: ``delete_prefix`` when the run is forgotten or
 collected, and the workers' cache sweep for a run whose collector ran
-elsewhere (:mod:`somatize_tasks.gc`). Deleted files nobody holds open are
+elsewhere (:mod:`somatize_tasks.store.gc`). Deleted files nobody holds open are
 kept as spares for the next values (:mod:`somatize_tasks.store.spares`),
 within a quarter of the budget.
 """
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.store.ids import key_part
 from somatize_tasks.store.local import LocalDir
 from somatize_tasks.store.spares import SPARE_DIR, SparePool

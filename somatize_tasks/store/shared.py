@@ -30,6 +30,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import (
     ArtifactCorruptError,
     ArtifactMissingError,
@@ -37,7 +38,6 @@ from somatize_tasks.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from somatize_tasks.settings import Settings
 from somatize_tasks.store.local import LocalDir
 from somatize_tasks.store.ram import RamTier, ram_tier
 

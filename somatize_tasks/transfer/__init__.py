@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from somatize_tasks.settings import Settings
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.store import ArtifactRef, ArtifactStore
 
 _stores: dict[tuple[int, str], ArtifactStore] = {}

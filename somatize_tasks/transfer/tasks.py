@@ -15,10 +15,10 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from somatize_tasks.celery_app import settings_of
+from somatize_tasks.config.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import StoreUnavailableError
-from somatize_tasks.keys import TRANSFER_DOWNLOAD_TASK, TRANSFER_UPLOAD_TASK
-from somatize_tasks.settings import Settings
+from somatize_tasks.messaging.celery_app import settings_of
 from somatize_tasks.store import ArtifactRef, ArtifactStore
 from somatize_tasks.transfer import download_artifact, store_for, upload_artifact
 

@@ -1,0 +1,1 @@
+"""The wire models, as Soma's serde writes them: plans, graphs, workers, distribution plans."""

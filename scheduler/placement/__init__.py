@@ -1,0 +1,1 @@
+"""Placing a plan on workers: the walk, its filters and scores, lanes and phases."""

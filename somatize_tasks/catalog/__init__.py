@@ -1,0 +1,1 @@
+"""The node catalog: what a worker may run, by name (see :mod:`.entries`)."""

@@ -1,0 +1,1 @@
+"""Configuration: the settings object, every Redis key and task name, Redis clients."""

@@ -1,0 +1,91 @@
+"""Signed remote-control commands: ``shutdown``, ``revoke`` and the rest need the key too.
+
+Celery's remote control (the ``pidbox`` fanout: ``revoke`` with terminate,
+``shutdown``, ``pool_restart``, ``inspect``...) is a second way into every
+worker, beside task messages. With ``SOMATIZE_MESSAGE_KEY`` set, each command
+this app sends (``PlanRun.cancel``'s revoke, Flower's buttons, ``celery
+inspect``) carries the same kind of signature as a task message
+(:mod:`somatize_tasks.messaging.signing`, over the whole command: method, arguments,
+destination, reply address), and a worker with keys ignores a command
+without a valid one, logging one line. Replies (worker to caller) are not
+signed.
+"""
+
+from __future__ import annotations
+
+import logging
+from time import time
+from typing import Any
+
+from celery.app.control import Control
+from kombu.common import maybe_declare
+from kombu.pidbox import Mailbox, Node
+
+from somatize_tasks.messaging.celery_app import settings_of
+from somatize_tasks.messaging.signing import HEADER, check, sign, signing_key, verification_keys
+
+log = logging.getLogger(__name__)
+#: What a control command is signed as (in place of a task name), with no task id.
+CONTROL = "celery.control"
+
+
+class SignedNode(Node):
+    """A worker's end of the mailbox: runs only commands whose signature holds."""
+
+    def handle_message(self, body: Any, message: Any = None) -> Any:
+        keys: list[bytes] = getattr(self.mailbox, "verification_keys", [])
+        if keys:
+            headers = message.headers if message is not None else {}
+            given = {"task": CONTROL, "id": "", HEADER: (headers or {}).get(HEADER)}
+            reason = check(keys, given, body)
+            if reason is not None:
+                method = body.get("method") if isinstance(body, dict) else "?"
+                log.error("refused control command %s: %s; ignored", method, reason)
+                return None
+        return super().handle_message(body, message)
+
+
+class SignedMailbox(Mailbox):
+    """kombu's mailbox, whose published commands carry a signature header."""
+
+    node_cls = SignedNode
+    signing_key: bytes | None = None
+    verification_keys: list[bytes] = []  # set per instance by SignedControl
+
+    def _publish(self, type: str, arguments: dict[str, Any], destination: Any = None,
+                 reply_ticket: str | None = None, channel: Any = None,
+                 timeout: float | None = None, serializer: str | None = None,
+                 producer: Any = None, pattern: str | None = None,
+                 matcher: str | None = None) -> None:  # fmt: skip
+        """kombu 5.7's ``Mailbox._publish``, with the signature added to its headers."""
+        box: Any = self  # kombu's stubs leave out what a bound mailbox always has
+        message: dict[str, Any] = {
+            "method": type, "arguments": arguments, "destination": destination,
+            "pattern": pattern, "matcher": matcher,
+        }  # fmt: skip
+        chan = channel or box.connection.default_channel
+        if reply_ticket:
+            maybe_declare(box.reply_queue(chan))
+            message.update(ticket=reply_ticket,
+                           reply_to={"exchange": box.reply_exchange.name,
+                                     "routing_key": box.oid})  # fmt: skip
+        headers = {"clock": box.clock.forward(), "expires": time() + timeout if timeout else 0}
+        if self.signing_key is not None:
+            headers[HEADER] = sign(self.signing_key, CONTROL, "", message)
+        with box.producer_or_acquire(producer, chan) as prod:
+            prod.publish(message, exchange=box.exchange.name, declare=[box.exchange],
+                         headers=headers, serializer=serializer or box.serializer,
+                         retry=True)  # fmt: skip
+
+
+class SignedControl(Control):
+    """The app's remote control, over a :class:`SignedMailbox` keyed from its settings."""
+
+    Mailbox = SignedMailbox
+
+    def __init__(self, app: Any = None) -> None:
+        super().__init__(app)
+        settings = settings_of(app)
+        mailbox: Any = getattr(self, "mailbox")  # noqa: B009  # not in celery's stubs
+        mailbox.signing_key = signing_key(settings)
+        mailbox.verification_keys = verification_keys(settings)

@@ -1,0 +1,1 @@
+"""Looking at runs: the run record, timeline, dashboard and the Soma run-directory export."""

@@ -1,0 +1,166 @@
+"""``somatize-tasks dashboard``: a live page of the cluster, served by tornado.
+
+Why tornado: it already comes with Flower (a dependency), it is well kept,
+and a dashboard needs no more than a few JSON handlers and one page. The
+page (:mod:`somatize_tasks.observe.dashboard_page`) is self-contained, no CDN, and
+polls these endpoints about once a second:
+
+- ``GET /api/workers``: the live workers with their slots;
+- ``GET /api/runs``: the newest runs with state and progress (one Redis
+  round trip for all of them);
+- ``GET /api/runs/<id>``: one run's state, error and nodes;
+- ``GET /api/runs/<id>/timeline.svg``: its timeline, drawn now.
+
+Like Flower, it binds to 127.0.0.1 by default; bound anywhere else it
+refuses to start without ``--basic-auth user:password``, and with one it
+answers nothing without those credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import time
+from typing import Any
+
+from redis import Redis
+from tornado.web import Application, HTTPError, RequestHandler
+
+from somatize_tasks.config.connections import redis_client
+from somatize_tasks.config.keys import RedisKeys
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import RunError
+from somatize_tasks.observe.dashboard_page import PAGE
+from somatize_tasks.observe.run_record import read_run
+from somatize_tasks.observe.timeline import timeline_svg
+from somatize_tasks.store import key_part
+from somatize_tasks.workers.registry import Registry
+
+RUNS_SHOWN = 50
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Base(RequestHandler):
+    """Basic auth (when configured) and JSON replies, for every handler."""
+
+    def initialize(self, settings: Settings, client: Redis[bytes],
+                   credentials: tuple[str, str] | None) -> None:  # fmt: skip
+        self.somatize = settings
+        self.client = client
+        self.credentials = credentials
+
+    def prepare(self) -> None:
+        if self.credentials is None:
+            return
+        header = self.request.headers.get("Authorization", "")
+        try:
+            given = base64.b64decode(header.removeprefix("Basic "), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            given = ""
+        expected = ":".join(self.credentials)
+        if not header.startswith("Basic ") or not hmac.compare_digest(given, expected):
+            self.set_header("WWW-Authenticate", 'Basic realm="somatize-tasks"')
+            raise HTTPError(401)
+
+    def reply(self, value: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(value, default=str))
+
+
+class PageHandler(Base):
+    def get(self) -> None:
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(PAGE)
+
+
+class WorkersHandler(Base):
+    def get(self) -> None:
+        live = Registry.from_settings(self.somatize).live()
+        self.reply([{**w.info.model_dump(mode="json"), "age_s": round(w.age_s, 1)}
+                    for w in live])  # fmt: skip
+
+
+class RunsHandler(Base):
+    def get(self) -> None:
+        self.reply(list_runs(self.client, RedisKeys(self.somatize.key_prefix)))
+
+
+class RunHandler(Base):
+    def get(self, run_id: str) -> None:
+        status = _record(self, run_id).status
+        self.reply({
+            "run_id": status.run_id, "state": status.state, "error": status.error,
+            "done": status.done, "total": len(status.nodes),
+            "nodes": {n: {"state": s.state, "worker": s.worker, "error": s.error}
+                      for n, s in status.nodes.items()},
+        })  # fmt: skip
+
+
+class TimelineHandler(Base):
+    def get(self, run_id: str) -> None:
+        record = _record(self, run_id)
+        self.set_header("Content-Type", "image/svg+xml")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(timeline_svg(record.status, now=time.time(), history=record.history))
+
+
+def _record(handler: Base, run_id: str) -> Any:
+    try:
+        key_part("run id", run_id)
+        return read_run(handler.somatize, run_id, handler.client)
+    except (RunError, ValueError) as exc:
+        raise HTTPError(404, reason=str(exc).splitlines()[0][:200]) from None
+
+
+def list_runs(
+    client: Redis[bytes], keys: RedisKeys, limit: int = RUNS_SHOWN
+) -> list[dict[str, Any]]:
+    """The newest runs, newest first: state, progress, times and error, in one round trip."""
+    run_ids = [r.decode() for r in client.zrevrange(keys.runs, 0, limit - 1)]
+    pipe = client.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.hmget(keys.run(run_id), ["status", "node_count", "created_at", "finished_at",
+                                      "error"])  # fmt: skip
+        pipe.scard(keys.run(run_id, "done"))
+    answers = pipe.execute()
+    runs = []
+    for index, run_id in enumerate(run_ids):
+        (state, total, created, finished, error), done = answers[2 * index: 2 * index + 2]
+        if state is None:
+            continue  # expired: its id lingers in the index a while
+        runs.append({
+            "run_id": run_id, "state": state.decode(), "done": int(done),
+            "total": int(total or 0), "created_at": float(created or 0),
+            "finished_at": float(finished) if finished else None,
+            "error": json.loads(error) if error else None,
+        })  # fmt: skip
+    return runs
+
+
+def make_app(settings: Settings, credentials: tuple[str, str] | None) -> Application:
+    args = {"settings": settings, "client": redis_client(settings), "credentials": credentials}
+    return Application([
+        (r"/", PageHandler, args),
+        (r"/api/workers", WorkersHandler, args),
+        (r"/api/runs", RunsHandler, args),
+        (r"/api/runs/([^/]+)", RunHandler, args),
+        (r"/api/runs/([^/]+)/timeline\.svg", TimelineHandler, args),
+    ])  # fmt: skip
+
+
+def parse_credentials(value: str | None, address: str) -> tuple[str, str] | None:
+    """``user:password`` from ``--basic-auth``; required when bound beyond loopback."""
+    if value is None:
+        if address not in LOOPBACK:
+            raise ValueError(
+                f"binding the dashboard to {address} makes it reachable from other machines: "
+                "give --basic-auth USER:PASSWORD (or SOMATIZE_DASHBOARD_AUTH), as for Flower"
+            )
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise ValueError("--basic-auth must be USER:PASSWORD, both non-empty")
+    return user, password

@@ -1,0 +1,1 @@
+"""A plan and its placement compiled into a program of blocks, with the rules a run follows."""

@@ -1,0 +1,1 @@
+"""What happens next: the engine, dispatch to worker queues, transfer chains, revocation."""

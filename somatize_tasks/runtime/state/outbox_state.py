@@ -1,0 +1,111 @@
+"""A run's outbox in Redis (``<p>:run:<id>:outbox``): what was recorded but may not
+have been carried out yet, so a watcher can carry it out if its process died.
+
+Two kinds of entry share the hash:
+
+``<bid>:<epoch>``
+    a block recorded as dispatched whose messages are not known to be out yet
+    (cleared once they are).
+``c:<bid>:<epoch>``
+    a completion's intent: written by the script that records a block's
+    completion (or the one that completes a Parallel's join), atomically with
+    it, and cleared in the pipeline that records the dispatch that follows (or
+    by the join that still waits). It holds what the engine needs to redo its
+    follow-up, so a process that dies between the two leaves a step the
+    reaper can finish (:mod:`somatize_tasks.runtime.recovery.outbox`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from redis import Redis
+
+from somatize_tasks.runtime.compile.values import Expr
+
+INTENT = "c:"
+
+
+def compact_json(value: Any) -> str:
+    """JSON without spaces: what every field of a run's state holds."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+class OutboxState:
+    """The outbox half of :class:`~somatize_tasks.runtime.state.redis_state.RedisRunState`."""
+
+    client: Redis[bytes]
+    outbox: str
+    results: str
+    ttl_s: int
+    #: The intent this process's completion left and its follow-up has not cleared yet.
+    intent: str | None = None
+    #: (worker id, task id) of the task completing blocks here; written into its
+    #: intents, so a watcher leaves alone one whose task its worker still holds.
+    owner: tuple[str, str] | None = None
+
+    def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
+        entry = compact_json({"task_id": task_id, "at": time.time()})
+        pipe.hset(self.outbox, f"{bid}:{epoch}", entry)
+        pipe.expire(self.outbox, self.ttl_s)
+        self._clear_intent(pipe)
+
+    def sent(self, blocks: list[tuple[int, int]], pipe: Any = None) -> None:
+        """These blocks' messages are out: the outbox forgets them (with ``pipe``, in
+        the transaction that publishes them)."""
+        if blocks:
+            target = self.client if pipe is None else pipe
+            target.hdel(self.outbox, *(f"{bid}:{epoch}" for bid, epoch in blocks))
+
+    def unsent(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """Blocks recorded as dispatched whose messages were never confirmed sent."""
+        return self._entries("")
+
+    def intents(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """Completions whose follow-up was not recorded (yet), by (block, epoch)."""
+        return self._entries(INTENT)
+
+    def _entries(self, kind: str) -> dict[tuple[int, int], dict[str, Any]]:
+        found = {}
+        for field, value in self.client.hgetall(self.outbox).items():
+            name = field.decode()
+            if name.startswith(INTENT) == bool(kind):
+                bid, epoch = name.removeprefix(INTENT).split(":")
+                found[int(bid), int(epoch)] = json.loads(value)
+        return found
+
+    # --- completion intents ----------------------------------------------------------
+
+    def _intent_args(self, bid: int, epoch: int, **follow_up: Any) -> list[str]:
+        """The two script arguments that leave an intent; remembered to clear later."""
+        self.intent = f"{INTENT}{bid}:{epoch}"
+        owner = {"w": self.owner[0], "t": self.owner[1]} if self.owner else {}
+        return [self.intent, compact_json({"at": time.time(), **owner, **follow_up})]
+
+    def _clear_intent(self, pipe: Any) -> None:
+        """The follow-up is being recorded in ``pipe``: the intent goes with it."""
+        if self.intent is not None:
+            pipe.hdel(self.outbox, self.intent)
+            self.intent = None
+
+    def follow_up_done(self) -> None:
+        """The engine's follow-up ended without recording a dispatch (the run ended,
+        or the follow-up failed): drop the intent, if one is left."""
+        if self.intent is not None:
+            self.client.hdel(self.outbox, self.intent)
+            self.intent = None
+
+    def claim_intent(self, bid: int, epoch: int) -> bool:
+        """Take an intent to redo its follow-up: True for exactly one watcher."""
+        return bool(self.client.hdel(self.outbox, f"{INTENT}{bid}:{epoch}"))
+
+    def join_slots(self, bid: int, epoch: int) -> list[Expr] | None:
+        """A Parallel's joined branch outputs (in order), None unless every one is in."""
+        total, left = self.client.hmget(self.results, [f"jt:{bid}:{epoch}", f"jn:{bid}:{epoch}"])
+        if total is None or int(left or 0) != 0:
+            return None
+        raw = self.client.hmget(self.results, [f"j:{bid}:{epoch}:{i}" for i in range(int(total))])
+        slots = [dict(json.loads(value)) for value in raw if value is not None]
+        return slots if len(slots) == len(raw) else None

@@ -1,0 +1,1 @@
+"""On the worker: the Celery node tasks, the body that runs a block, streams."""

@@ -1,0 +1,262 @@
+"""Running one task block's nodes where it landed: the body of a node task.
+
+Plain functions over a :class:`ValueStore` and a catalog, so the Celery
+task (:mod:`somatize_tasks.runtime.worker.tasks`) and the local runner share them.
+The catalog is the allowlist: a node runs only if the worker's catalog
+holds an entry for it, found by :meth:`Program.op_candidates`.
+
+What a node does follows Soma's ``run_node``: in a fit, a trainable Filter
+learns its state from its input and the run's labels (``fit(x, y)``), then
+forwards with it, and the state is kept; in a forward run it uses the state
+the run was given and is never fitted. A node's input is the block's input
+(the plan's shape) or, with a predecessors graph, resolved from its
+predecessors' outputs (:func:`somatize_tasks.runtime.compile.values.node_input_expr`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from scheduler import Branch, Composite, Step, Stream
+from somatize_tasks.catalog.entries import BoundNode, Catalog, CatalogEntry
+from somatize_tasks.errors import ControlFlowError, MissingStateError, UnknownNodeError
+from somatize_tasks.runtime.compile.blocks import Block
+from somatize_tasks.runtime.compile.control import (
+    Handoff,
+    branch_selector,
+    choose_arm,
+    handoff_target,
+    no_signal_message,
+    read_loop_signal,
+)
+from somatize_tasks.runtime.compile.program import FIT, Program
+from somatize_tasks.runtime.compile.values import Expr, materialize, node_input_expr, ref_expr
+from somatize_tasks.runtime.state.run_state import LeafResult
+from somatize_tasks.runtime.worker.stream import run_stream
+
+STATE_PREFIX = "__state_"
+#: Set on an exception: the node that raised it (a fused chain runs several), and
+#: the [started, ended] of the nodes of its task that had finished by then.
+_FAILED_NODE = "__somatize_node__"
+_FINISHED_BEFORE = "__somatize_finished__"
+
+
+class ValueStore(Protocol):
+    """Where node outputs go: the artifact store, or memory for local runs."""
+
+    def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]: ...
+
+    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+        """Like ``put_value``, but readable by every worker (a fitted state)."""
+        ...
+
+    def get_value(self, ref: dict[str, Any]) -> Any: ...
+
+
+def resolve_entry(program: Program, node_id: str, catalog: Catalog, worker_id: str) -> CatalogEntry:
+    """The catalog entry that runs ``node_id`` here, or an error naming what is."""
+    for name in program.op_candidates(node_id):
+        if name in catalog:
+            return catalog.get(name)
+    wanted = program.op_candidates(node_id)[0]
+    raise UnknownNodeError.for_node(wanted, worker_id, catalog.names())
+
+
+def run_block(
+    program: Program,
+    block: Block,
+    run_id: str,
+    epoch: int,
+    input_expr: Expr,
+    *,
+    store: ValueStore,
+    catalog: Catalog,
+    worker_id: str,
+) -> LeafResult:
+    """Run the block's nodes on its input; store each output; report the result."""
+    started = time.time()
+    run = _BlockRun(program, block, run_id, epoch, input_expr, store)
+    nodes = block.task_node_ids()
+    bound = {n: BoundNode(resolve_entry(program, n, catalog, worker_id),
+                          program.params.get(n)) for n in nodes}  # fmt: skip
+    result = LeafResult(output={}, worker_id=worker_id, started_at=started)
+    node = block.node
+    if isinstance(node, Stream):
+        run.stream(nodes, bound, node.chunk_size)
+    elif not (type(node) is Composite and run.fit_composite(nodes, bound)):
+        for node_id in nodes:
+            try:
+                run.node(node_id, bound[node_id])
+            except Exception as exc:
+                setattr(exc, _FAILED_NODE, node_id)  # a fused chain fails by its own node
+                setattr(exc, _FINISHED_BEFORE, dict(run.times))
+                raise
+    last = nodes[-1]
+    if isinstance(node, Branch):
+        labels = node.labels()
+        result.label = labels[choose_arm(last, branch_selector(last, run.raw[last]), labels)]
+        run.keep(last, run.input_of(last))  # the selector is control: the arm reads the input
+    elif isinstance(run.raw[last], Handoff):
+        handoff = run.raw[last]
+        if not isinstance(node, Step):
+            raise ControlFlowError(f"node '{last}' returned a Handoff but is not a Step")
+        result.handoff = handoff_target(last, handoff, [label for label, _ in node.handoffs])
+        run.keep(last, run.store_value(last, handoff.value) if handoff.has_value
+                 else run.input_of(last))  # fmt: skip
+    result.node_outputs = run.outputs
+    result.node_times = run.times
+    result.states = run.states
+    result.signals = _signals(program, run)
+    result.output = run.outputs[last]
+    result.ended_at = time.time()
+    return result
+
+
+def _signals(program: Program, run: _BlockRun) -> dict[str, str]:
+    """The loop verdict of each condition node's output: stop, continue, or why neither."""
+    found = {}
+    for node_id, expr in run.outputs.items():
+        loop_id = program.signal_nodes.get(node_id)
+        if loop_id is None:
+            continue
+        value = run.value_of(node_id, expr)
+        found[node_id] = read_loop_signal(value) or no_signal_message(loop_id, node_id, value)
+    return found
+
+
+class _BlockRun:
+    """One task's nodes: their inputs, outputs (stored once each) and fitted states."""
+
+    def __init__(
+        self,
+        program: Program,
+        block: Block,
+        run_id: str,
+        epoch: int,
+        input_expr: Expr,
+        store: ValueStore,
+    ) -> None:
+        self.program = program
+        self.run_id, self.epoch = run_id, epoch
+        self.store = store
+        self.input_expr = input_expr
+        self.first = block.task_node_ids()[0]
+        self.raw: dict[str, Any] = {}  # what each node returned, in memory
+        self.outputs: dict[str, Expr] = {}  # each node's output as stored
+        self.states: dict[str, Expr] = {}
+        self.times: dict[str, list[float]] = {}  # each node's [started, ended]
+        self._memo: dict[str, Any] = {}
+        self._labels: Any = None
+        self._labels_read = False
+
+    # --- inputs ------------------------------------------------------------------------
+
+    def input_of(self, node_id: str) -> Expr:
+        """The node's input as an expression (Soma's ``resolve_input`` with a graph)."""
+        if not self.program.follows_graph:
+            return self.input_expr if node_id == self.first else self.outputs[self._previous]
+        available = dict(self.input_expr.get("graph", {}))
+        available.update(self.outputs)  # what this block produced first wins
+        return node_input_expr(self.program.preds_of(node_id), available)
+
+    def value_of(self, node_id: str, expr: Expr) -> Any:
+        """A stored output's value, from memory when this block produced it."""
+        if node_id in self.raw and self.outputs.get(node_id) is expr:
+            return self.raw[node_id]
+        return materialize(expr, self._fetch)
+
+    def _fetch(self, ref: dict[str, Any]) -> Any:
+        key = f"{ref.get('node_id')}#{ref.get('iteration', 0)}"
+        if key not in self._memo:
+            self._memo[key] = self.store.get_value(ref)
+        return self._memo[key]
+
+    def _input_value(self, node_id: str) -> Any:
+        if not self.program.follows_graph and node_id != self.first:
+            return self.raw[self._previous]
+        return materialize(self.input_of(node_id), self._fetch)
+
+    @property
+    def _previous(self) -> str:
+        return next(reversed(self.raw))
+
+    # --- running -----------------------------------------------------------------------
+
+    def node(self, node_id: str, bound: BoundNode) -> None:
+        started = time.time()
+        x = self._input_value(node_id)
+        if self.program.mode == FIT and bound.trainable:
+            state = bound.fit(x, self.labels())
+            self.keep_state(node_id, state)
+        else:
+            state = self.state_for(node_id, bound)
+        output = bound.forward(x, state)
+        self.raw[node_id] = output
+        if not isinstance(output, Handoff):
+            self.keep(node_id, self.store_value(node_id, output))
+        self.times[node_id] = [started, time.time()]
+
+    def stream(self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int) -> None:
+        if self.program.mode == FIT:
+            raise ControlFlowError(
+                f"stream '{nodes[0]}' cannot run in a fit (as in Soma): fit the plan "
+                "without the stream first, then run it forward with those states"
+            )
+        chain = [(n, bound[n]) for n in nodes]
+        output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.state_for)
+        self.raw[nodes[-1]] = output
+        self.keep(nodes[-1], self.store_value(nodes[-1], output))
+
+    def fit_composite(self, nodes: list[str], bound: dict[str, BoundNode]) -> bool:
+        """Fit the block at once through its first filter's ``composite_fit``, as Soma
+        does in a fit; False when it does not offer to (the nodes then run one by one)."""
+        first = bound[nodes[0]]
+        if self.program.mode != FIT or not first.entry.can_fit_composite:
+            return False
+        peers = [(n, bound[n].instance) for n in nodes]
+        fitted = first.instance.composite_fit(peers, self._input_value(nodes[0]), self.labels())
+        if fitted is None:
+            return False
+        output, states = fitted
+        for node_id, state in dict(states).items():
+            self.keep_state(node_id, state)
+        self.raw[nodes[-1]] = output
+        self.keep(nodes[-1], self.store_value(nodes[-1], output))
+        return True
+
+    # --- values and states -------------------------------------------------------------
+
+    def store_value(self, node_id: str, value: Any) -> Expr:
+        """Store an output; one that can be the run's output goes to the shared store
+        at once, so it outlives this worker (``Program.final_nodes``)."""
+        put = self.store.put_shared if node_id in self.program.final_nodes else self.store.put_value
+        return ref_expr(put(self.run_id, node_id, self.epoch, value))
+
+    def keep(self, node_id: str, expr: Expr) -> None:
+        self.outputs[node_id] = expr
+
+    def keep_state(self, node_id: str, state: Any) -> None:
+        ref = self.store.put_shared(self.run_id, STATE_PREFIX + node_id, self.epoch, state)
+        self.states[node_id] = ref_expr(ref)
+
+    def labels(self) -> Any:
+        if not self._labels_read:
+            labels = self.program.labels
+            self._labels = None if labels is None else materialize(labels, self._fetch)
+            self._labels_read = True
+        return self._labels
+
+    def state_for(self, node_id: str, bound: BoundNode) -> Any:
+        """The state a forward uses: the run's, or None for what learns nothing."""
+        expr = self.program.states.get(node_id)
+        if expr is not None:
+            return materialize(expr, self._fetch)
+        if bound.trainable and self.program.mode != FIT:
+            raise MissingStateError(
+                f"node '{node_id}' is a trainable filter ({bound.entry.qualname}) and this "
+                "forward run has no state for it: fit the plan first (mode='fit', CLI "
+                "--mode fit) and run forward with its states (states_from=RUN_ID or a "
+                "states file; CLI --states-from)"
+            )
+        return None

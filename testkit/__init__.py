@@ -1,0 +1,1 @@
+"""What tests and benchmarks share: services, worker processes, catalogs, plans, faults."""

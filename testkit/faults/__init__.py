@@ -1,0 +1,1 @@
+"""The fault matrix: every fault, several times, on a real local cluster (bench.faults)."""

@@ -1,0 +1,1 @@
+"""Node catalogs that test and benchmark workers load with --nodes."""

@@ -1,0 +1,193 @@
+"""Disk: a full disk is a clear error, and no partial file outlives its writer.
+
+The full disk is real: a 2 MiB tmpfs mounted (as root, as CI runs) as a
+worker's cache and as the producer's. Leftover temporary files and an
+abandoned multipart upload (against moto's S3 server) are made the way a
+killed worker leaves them, then swept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from somatize_tasks.cli import main
+from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import DiskFullError, NodeFailedError, StatesError
+from somatize_tasks.runtime.producer.fitted_states import write_bundle
+from somatize_tasks.runtime.producer.submit import submit_plan
+from testkit.services import S3Endpoint
+from testkit.workers import WorkerFactory
+
+TINY = "2m"
+BIG_INPUT = list(range(400_000))  # about 2.6 MB as JSON: more than the disk holds
+
+
+@pytest.fixture(scope="module")
+def tiny_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A 2 MiB tmpfs; skipped only where mounting is not allowed (not root)."""
+    root = tmp_path_factory.mktemp("tiny-disk")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TINY}", "tmpfs", str(root)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def _files(root: Path) -> list[str]:
+    return [name for _, _, files in os.walk(root) for name in files]
+
+
+def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
+    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    two_workers: Any,
+) -> None:
+    cache = tiny_disk / "worker-cache"
+    small = settings.model_copy(update={"cache_dir": cache})
+    factory = WorkerFactory(small, tmp_path_factory.mktemp("disk-logs"))
+    try:
+        worker = factory.start("tinydisk", tags="tinydisk")
+        plan = {"Remote": {"node_id": "r", "target": {"Tag": "tinydisk"},
+                           "plan": {"Execute": {"node_id": "rt_make"}}}}  # fmt: skip
+        run = submit_plan(plan, params={"rt_make": {"n": 400_000}}, settings=settings,
+                          require_workers=True)  # fmt: skip
+        with pytest.raises(NodeFailedError) as failed:
+            run.wait(timeout=60)
+        message = str(failed.value).split("\n\nRemote traceback")[0]
+        assert "DiskFullError: no space left on device" in message
+        assert "node 'rt_make'" in message and f"worker '{worker.worker_id}'" in message
+        assert str(cache) in message
+        assert _files(cache) == []  # the partial file went with the failure
+    finally:
+        factory.close()
+
+
+def test_a_download_to_a_full_disk_fails_the_run_and_leaves_no_partial_file(
+    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    two_workers: Any,
+) -> None:
+    cache = tiny_disk / "download-cache"
+    factory = WorkerFactory(settings.model_copy(update={"cache_dir": cache}),
+                            tmp_path_factory.mktemp("disk-logs"))  # fmt: skip
+    try:
+        worker = factory.start("tinydl", tags="tinydl")
+        plan = {"Sequence": [
+            {"Remote": {"node_id": "r1", "target": {"Tag": "cpu"},
+                        "plan": {"Execute": {"node_id": "rt_make"}}}},
+            {"Remote": {"node_id": "r2", "target": {"Tag": "tinydl"},
+                        "plan": {"Execute": {"node_id": "rt_sum"}}}},
+        ]}  # fmt: skip
+        run = submit_plan(plan, params={"rt_make": {"n": 400_000}}, settings=settings,
+                          require_workers=True)  # fmt: skip
+        with pytest.raises(NodeFailedError) as failed:
+            run.wait(timeout=60)
+        message = str(failed.value).split("\n\nRemote traceback")[0]
+        assert "no space left on device" in message, message
+        assert f"worker '{worker.worker_id}'" in message and str(cache) in message
+        assert _files(cache) == []  # boto3's and our temporary files both went
+    finally:
+        factory.close()
+
+
+def test_a_full_disk_at_submit_is_a_clear_error(tiny_disk: Path, settings: Settings,
+                                                two_workers: Any, tmp_path: Path) -> None:
+    producer = settings.model_copy(update={"cache_dir": tiny_disk / "producer-cache"})
+    plan = {"Execute": {"node_id": "rt_sum"}}
+    with pytest.raises(DiskFullError, match=r"no space left on device: .*node 'input'"):
+        submit_plan(plan, input=BIG_INPUT, settings=producer, require_workers=True)
+    assert _files(tiny_disk / "producer-cache") == []
+    plan_file, input_file = tmp_path / "plan.json", tmp_path / "input.json"
+    plan_file.write_text(json.dumps(plan))
+    input_file.write_text(json.dumps(BIG_INPUT))
+    result = CliRunner().invoke(main, ["submit", str(plan_file), "--input", str(input_file),
+                                       "--require-workers"], env=producer.to_env())  # fmt: skip
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output.startswith("Error: no space left on device"), result.output[:400]
+    assert "Traceback" not in result.output
+
+
+def _leave_partial(folder: Path, age_s: float) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".0.{os.urandom(16).hex()}.tmp"
+    path.write_bytes(b"half a value")
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def test_partial_files_are_swept_at_worker_start_and_by_gc(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    local = settings.model_copy(update={"cache_dir": tmp_path_factory.mktemp("sweep-cache")})
+    factory = WorkerFactory(local, tmp_path_factory.mktemp("sweep-logs"))
+    worker_dir = local.cache_dir / f"{settings.key_prefix}-sweeper"
+    at_start = _leave_partial(worker_dir / "run1" / "node", age_s=0)
+    try:
+        factory.start("sweeper")
+        assert not at_start.exists()  # a killed predecessor's, swept at once
+    finally:
+        factory.close()
+    old = _leave_partial(worker_dir / "run2" / "node", age_s=3_600)
+    young = _leave_partial(worker_dir / "run2" / "node", age_s=0)  # perhaps being written
+    kept = worker_dir / "run2" / "node" / "0"
+    kept.write_bytes(b"a finished value")
+    result = CliRunner().invoke(main, ["gc"], env=local.to_env())
+    assert result.exit_code == 0, result.output
+    assert not old.exists() and young.exists() and kept.exists()
+    # A shared directory (one machine) is swept the same way.
+    shared = local.model_copy(update={"store_kind": "local",
+                                      "store_dir": tmp_path_factory.mktemp("sweep-store")})
+    in_store = _leave_partial(shared.store_dir / "run3" / "node", age_s=3_600)
+    result = CliRunner().invoke(main, ["gc", "--no-caches"], env=shared.to_env())
+    assert "1 partial file(s) from the shared directory" in result.output, result.output
+    assert not in_store.exists()
+
+
+def test_gc_aborts_abandoned_multipart_uploads_under_the_prefix(
+    settings: Settings, s3_endpoint: S3Endpoint
+) -> None:
+    # A prefix of its own: the session's workers abort uploads under theirs (moto dates
+    # every upload 2010, so all look abandoned to them), which would race this test.
+    settings = settings.model_copy(update={"s3_prefix": f"{settings.s3_prefix}-gc"})
+    s3: Any = s3_endpoint.client()
+    bucket = s3_endpoint.bucket
+    ours = s3.create_multipart_upload(Bucket=bucket, Key=f"{settings.s3_prefix}/r/n/0")
+    s3.upload_part(Bucket=bucket, Key=f"{settings.s3_prefix}/r/n/0", PartNumber=1,
+                   UploadId=ours["UploadId"], Body=b"x" * 1024)  # fmt: skip
+    theirs = s3.create_multipart_upload(Bucket=bucket, Key="someone-else/file")
+    try:
+        # moto dates every upload 2010-11-10: a grace of 10^9 s (31 years) makes it young.
+        kept = _gc_uploads(settings, 1e9)
+        assert "aborted 0 stale multipart upload(s)" in kept
+        assert "aborted 1 stale multipart upload(s)" in _gc_uploads(settings, 0)
+        left = {u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
+        assert left == {"someone-else/file"}  # outside the project's prefix: not ours
+    finally:
+        s3.abort_multipart_upload(Bucket=bucket, Key="someone-else/file",
+                                  UploadId=theirs["UploadId"])  # fmt: skip
+
+
+def _gc_uploads(settings: Settings, grace_s: float) -> str:
+    result = CliRunner().invoke(main, ["gc", "--no-caches", "--uploads-older-than-s",
+                                       str(grace_s)], env=settings.to_env())  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return str(result.output)
+
+
+def test_a_states_file_on_a_full_disk_is_a_clear_error_and_no_half_file(tiny_disk: Path) -> None:
+    target = tiny_disk / "states" / "fit.json"
+    target.parent.mkdir()
+    with pytest.raises(StatesError, match=r"cannot write states file .*No space left on device"):
+        write_bundle(target, {"model": BIG_INPUT})
+    assert _files(target.parent) == []
