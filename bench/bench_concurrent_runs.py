@@ -44,8 +44,7 @@ def makespan(settings: Settings, count: int, node_s: float) -> tuple[float, Coun
     def one() -> None:
         try:
             barrier.wait()
-            run = submit_plan(PLAN, input=1, params=params, settings=settings,
-                              require_workers=True)
+            run = submit_plan(PLAN, input=1, params=params, settings=settings, require_workers=True)
             run.wait(timeout=300)
             ran_on = {node.worker for node in run.status().nodes.values()}
             with lock:
@@ -69,8 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--node-s", type=float, default=0.4)
-    parser.add_argument("--no-reservations", action="store_true",
-                        help="place as before reservations (heartbeats only), for comparison")
+    parser.add_argument(
+        "--no-reservations",
+        action="store_true",
+        help="place as before reservations (heartbeats only), for comparison",
+    )
     args = parser.parse_args()
     if args.no_reservations:
         Reservations.count_in = lambda self, workers: workers  # type: ignore[method-assign]
@@ -96,18 +98,24 @@ def measure(settings: Settings, rounds: int, node_s: float) -> None:
             spread[count] = dict(sorted(placed.items()))
             loads.append(os.getloadavg()[0])
     alone = statistics.median(times[1])
-    print(f"3 workers x 1 slot; a run = 3 nodes x {node_s} s; median of {rounds} rounds "
-          f"(interleaved); load average {min(loads):.2f}-{max(loads):.2f} on "
-          f"{os.cpu_count()} cores")
-    print(f"{'runs':>5} {'makespan s':>11} {'best static s':>14} {'ratio':>6} {'goal':>5} "
-          f"{'where runs ran (last round)':>30}")
+    print(
+        f"3 workers x 1 slot; a run = 3 nodes x {node_s} s; median of {rounds} rounds "
+        f"(interleaved); load average {min(loads):.2f}-{max(loads):.2f} on "
+        f"{os.cpu_count()} cores"
+    )
+    print(
+        f"{'runs':>5} {'makespan s':>11} {'best static s':>14} {'ratio':>6} {'goal':>5} "
+        f"{'where runs ran (last round)':>30}"
+    )
     print(f"{1:>5} {alone:>11.2f} {alone:>14.2f} {1.0:>6.2f} {'':>5}")
     for count in (2, 8):
         best = math.ceil(count / 3) * alone
         median = statistics.median(times[count])
         verdict = "ok" if median / best <= 1.2 else "over"
-        print(f"{count:>5} {median:>11.2f} {best:>14.2f} {median / best:>6.2f} {1.2:>5} "
-              f"{spread[count]!s:>30}  {verdict}")
+        print(
+            f"{count:>5} {median:>11.2f} {best:>14.2f} {median / best:>6.2f} {1.2:>5} "
+            f"{spread[count]!s:>30}  {verdict}"
+        )
 
 
 if __name__ == "__main__":

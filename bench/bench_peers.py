@@ -70,9 +70,14 @@ def value_across(a: str, b: str) -> dict[str, Any]:
 
 def workloads(quick: bool) -> list[tuple[str, str, int]]:
     """(name, kind, size) for every workload."""
-    rows = [("chain 200", "chain", 200), ("fork-join 200", "fork", 200),
-            ("fork-join 2,000", "fork", 2_000), ("20 chains x 10", "chains", 10),
-            ("16 MiB across", "value", 16 * MIB), ("256 MiB across", "value", 256 * MIB)]
+    rows = [
+        ("chain 200", "chain", 200),
+        ("fork-join 200", "fork", 200),
+        ("fork-join 2,000", "fork", 2_000),
+        ("20 chains x 10", "chains", 10),
+        ("16 MiB across", "value", 16 * MIB),
+        ("256 MiB across", "value", 256 * MIB),
+    ]
     if not quick:
         rows.insert(3, ("fork-join 10,000", "fork", 10_000))
     return rows
@@ -105,8 +110,11 @@ class Ours:
 
     def redis_bytes_per_node(self, kind: str, size: int) -> float:
         """Redis memory a finished run keeps per node (every key of the run)."""
-        run = submit_plan(fork_join(size) if kind == "fork" else chain(size),
-                          settings=self.settings, require_workers=True)  # fmt: skip
+        run = submit_plan(
+            fork_join(size) if kind == "fork" else chain(size),
+            settings=self.settings,
+            require_workers=True,
+        )
         run.wait(timeout=600)
         return sum(finished_run_bytes(run).values()) / run.progress().total
 
@@ -120,8 +128,9 @@ class DaskPeer:
     def __init__(self) -> None:
         from distributed import Client, LocalCluster  # noqa: PLC0415  (a bench-only peer)
 
-        self.cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
-                                    dashboard_address=None)  # fmt: skip
+        self.cluster = LocalCluster(
+            n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None
+        )
         self.client = Client(self.cluster)
         self.a, self.b = list(self.client.scheduler_info()["workers"])
 
@@ -165,9 +174,11 @@ def page_reporting_note() -> str | None:
         order = int((PAGE_REPORTING / "page_reporting_order").read_text())
     except (OSError, ValueError):
         return None
-    return (f"note: this machine reports freed memory to its host (page_reporting_order={order},"
-            f" min_free_ms={delay_ms}); fresh memory then costs a fault at the host, so the"
-            " value rows measure that more than either peer (see the README's Speed section)")
+    return (
+        f"note: this machine reports freed memory to its host (page_reporting_order={order},"
+        f" min_free_ms={delay_ms}); fresh memory then costs a fault at the host, so the"
+        " value rows measure that more than either peer (see the README's Speed section)"
+    )
 
 
 def interleaved(
@@ -198,13 +209,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="leave out fork-join 10,000")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only the workloads whose name has NAME")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the workloads whose name has NAME",
+    )
     args = parser.parse_args()
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
-                                                             os.environ.get("PYTHONPATH")]))
-    rows = [row for row in workloads(args.quick)
-            if not args.only or any(part in row[0] for part in args.only)]  # fmt: skip
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])
+    )
+    rows = [
+        row
+        for row in workloads(args.quick)
+        if not args.only or any(part in row[0] for part in args.only)
+    ]
     before = os.getloadavg()
     with bench_settings("bench-peers") as (settings, root):
         peers: list[Any] = [Ours(settings, root), DaskPeer()]
@@ -217,15 +237,19 @@ def main() -> None:
             for peer in peers:
                 peer.close()
     after = os.getloadavg()
-    print(f"\nmedians of {args.rounds} interleaved rounds; 2 workers x 2 slots each; "
-          f"load average {before[0]:.2f} before, {after[0]:.2f} after")  # fmt: skip
+    print(
+        f"\nmedians of {args.rounds} interleaved rounds; 2 workers x 2 slots each; "
+        f"load average {before[0]:.2f} before, {after[0]:.2f} after"
+    )
     print(f"{'workload':18} {'somatize':>10} {'dask':>10} {'ratio':>7}  per round")
     for name, _, _ in rows:
         ours, dask = times[(name, "somatize")], times[(name, "dask")]
         each = [a / b for a, b in zip(ours, dask, strict=True)]
-        print(f"{name:18} {statistics.median(ours):9.3f}s {statistics.median(dask):9.3f}s "
-              f"{statistics.median(ours) / statistics.median(dask):7.2f}  "
-              f"{min(each):.2f}-{max(each):.2f}")
+        print(
+            f"{name:18} {statistics.median(ours):9.3f}s {statistics.median(dask):9.3f}s "
+            f"{statistics.median(ours) / statistics.median(dask):7.2f}  "
+            f"{min(each):.2f}-{max(each):.2f}"
+        )
     for n, used in per_node.items():
         print(f"Redis kept by a finished {n}-branch fork-join: {used:.0f} bytes per node")
     note = page_reporting_note()

@@ -106,8 +106,12 @@ def cpu(count: int, seconds: float, interval_s: float) -> tuple[float, float, fl
     """(idle Redis CPU, Redis CPU with ``count`` fakes, heartbeats/s), fractions of a core."""
     proc, port = start_redis_server()
     try:
-        settings = Settings(redis_url=f"redis://127.0.0.1:{port}/0", key_prefix="cpu-bench",
-                            heartbeat_interval_s=interval_s, store_kind="local")
+        settings = Settings(
+            redis_url=f"redis://127.0.0.1:{port}/0",
+            key_prefix="cpu-bench",
+            heartbeat_interval_s=interval_s,
+            store_kind="local",
+        )
         client: Redis[bytes] = Redis.from_url(settings.redis_url)
         idle = measure_redis_cpu(client, min(5.0, seconds / 2))
         with fake_workers(settings, count, seconds + 4):
@@ -137,13 +141,17 @@ def main() -> None:
     for count in SIZES:
         median, p95, found, tagged = bench(args.redis_url, count, args.reads, args.interval_s)
         print(f"{found:>8} {median:>10.3f} {p95:>8.3f} {median / found:>10.5f} {tagged:>12.3f}")
-    print(f"\nRedis CPU, fake idle workers (heartbeat + reaper tick every {args.interval_s} s), "
-          f"no runs, own redis-server, {args.cpu_seconds:g} s each")
+    print(
+        f"\nRedis CPU, fake idle workers (heartbeat + reaper tick every {args.interval_s} s), "
+        f"no runs, own redis-server, {args.cpu_seconds:g} s each"
+    )
     print(f"{'workers':>8} {'idle %':>8} {'with workers %':>15} {'scripts/s':>10} {'load':>6}")
     for count in CPU_SIZES:
         idle, busy, rate = cpu(count, args.cpu_seconds, args.interval_s)
-        print(f"{count:>8} {idle * 100:>8.2f} {busy * 100:>15.2f} {rate * 2:>10.0f} "
-              f"{os.getloadavg()[0]:>6.2f}")
+        print(
+            f"{count:>8} {idle * 100:>8.2f} {busy * 100:>15.2f} {rate * 2:>10.0f} "
+            f"{os.getloadavg()[0]:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -40,11 +40,15 @@ def loop(body: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """A loop whose body adds 1/``body`` ``body`` times: ``rt_done`` (value >= 5)
     stops it after :data:`LOOP_PASSES` passes from input 0."""
     adds = [f"rt_add_{i + 2}" for i in range(body)]
-    plan = {"Loop": {
-        "node_id": "passes", "body": {"Sequence": [*map(ex, adds), ex("rt_done")]},
-        "max_iterations": 50, "until": {"type": "WhenSignaled", "node": "rt_done"},
-        "carry_from": adds[-1],
-    }}  # fmt: skip
+    plan = {
+        "Loop": {
+            "node_id": "passes",
+            "body": {"Sequence": [*map(ex, adds), ex("rt_done")]},
+            "max_iterations": 50,
+            "until": {"type": "WhenSignaled", "node": "rt_done"},
+            "carry_from": adds[-1],
+        }
+    }
     return plan, {n: {"k": 1.0 / body} for n in adds}
 
 
@@ -52,11 +56,18 @@ def hopping_chain(n: int, workers: list[str]) -> dict[str, Any]:
     """The unfused chain with its nodes pinned to the workers in turn: every value
     crosses, so every node adds a transfer record."""
     steps = unfused_chain(n)["Sequence"]
-    return {"Sequence": [
-        {"Remote": {"node_id": step["Execute"]["node_id"], "plan": step,
-                    "target": {"WorkerId": workers[i % len(workers)]}}}
-        for i, step in enumerate(steps)
-    ]}  # fmt: skip
+    return {
+        "Sequence": [
+            {
+                "Remote": {
+                    "node_id": step["Execute"]["node_id"],
+                    "plan": step,
+                    "target": {"WorkerId": workers[i % len(workers)]},
+                }
+            }
+            for i, step in enumerate(steps)
+        ]
+    }
 
 
 #: name -> (plan, params, fuse chains)
@@ -70,11 +81,21 @@ SHAPES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
 }
 
 
-def measure(settings: Settings, plan: dict[str, Any], params: dict[str, Any], fuse: bool,
-            input_value: Any = 0) -> tuple[int, dict[str, int]]:  # fmt: skip
+def measure(
+    settings: Settings,
+    plan: dict[str, Any],
+    params: dict[str, Any],
+    fuse: bool,
+    input_value: Any = 0,
+) -> tuple[int, dict[str, int]]:
     """Run ``plan`` to its end; its node count and what its keys keep."""
-    run = submit_plan(plan, input=input_value, params=params, require_workers=True,
-                      settings=settings.model_copy(update={"fuse_chains": fuse}))  # fmt: skip
+    run = submit_plan(
+        plan,
+        input=input_value,
+        params=params,
+        require_workers=True,
+        settings=settings.model_copy(update={"fuse_chains": fuse}),
+    )
     run.wait(timeout=600)
     return run.progress().total, finished_run_bytes(run)
 
@@ -91,8 +112,10 @@ def two_workers(settings: Settings, root: Any) -> Iterator[WorkerFactory]:
 
 
 def table(rows: list[tuple[str, int, dict[str, int]]]) -> str:
-    parts = sorted({p for _, _, sizes in rows for p in sizes},
-                   key=lambda p: -sum(s.get(p, 0) for _, _, s in rows))  # fmt: skip
+    parts = sorted(
+        {p for _, _, sizes in rows for p in sizes},
+        key=lambda p: -sum(s.get(p, 0) for _, _, s in rows),
+    )
     head = f"{'shape':26} {'nodes':>6} {'B/node':>7}  " + " ".join(f"{p:>9}" for p in parts)
     lines = [head, "-" * len(head)]
     for name, count, sizes in rows:
@@ -113,8 +136,10 @@ def main() -> None:
     rows = []
     with bench_settings("bench-size") as (settings, root), two_workers(settings, root) as f:
         hops = hopping_chain(500, [w.worker_id for w in f.started])
-        for name, (plan, params, fuse) in {**SHAPES, "chain 500 unfused, hops": (hops, {}, False)
-                                           }.items():  # fmt: skip
+        for name, (plan, params, fuse) in {
+            **SHAPES,
+            "chain 500 unfused, hops": (hops, {}, False),
+        }.items():
             if args.only in name:
                 rows.append((name, *measure(settings, plan, params, fuse)))
     print(table(rows))

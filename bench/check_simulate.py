@@ -95,8 +95,11 @@ def run_chain(settings: Settings, client: Redis[bytes]) -> Chain:
     spent, made = redis_cpu_s(client) - cpu, redis_calls(client) - calls
     nodes = run.status().nodes
     ordered = [nodes[node_id] for node_id in IDS]
-    spans = [(a.ended_at, b.started_at) for a, b in itertools.pairwise(ordered)
-             if a.ended_at and b.started_at]
+    spans = [
+        (a.ended_at, b.started_at)
+        for a, b in itertools.pairwise(ordered)
+        if a.ended_at and b.started_at
+    ]
     return Chain(spans, seconds, spent, made)
 
 
@@ -109,8 +112,13 @@ def p99(values: list[float]) -> float:
 
 def registry_bytes(client: Redis[bytes], prefix: str) -> int:
     keys = RedisKeys(prefix)
-    names = [keys.workers_seen, keys.workers_info, keys.worker_tags,
-             keys.worker_tag("cpu"), keys.worker_tag("gpu")]
+    names = [
+        keys.workers_seen,
+        keys.workers_info,
+        keys.worker_tags,
+        keys.worker_tag("cpu"),
+        keys.worker_tag("gpu"),
+    ]
     return sum(int(client.memory_usage(name) or 0) for name in names)
 
 
@@ -135,13 +143,21 @@ def path_costs(costs: Costs, paths: list[Chain], background: float, calls_s: flo
     made = sum(chain.calls for chain in paths) - calls_s * seconds
     nodes = CHAIN * len(paths)
     return dataclasses.replace(
-        costs, path_ms=tuple(path_quantiles([d for chain in paths for d in chain.delays])),
-        node_calls=max(1.0, made / nodes), node_us=max(1.0, spent / nodes * 1e6),
-    )  # fmt: skip
+        costs,
+        path_ms=tuple(path_quantiles([d for chain in paths for d in chain.delays])),
+        node_calls=max(1.0, made / nodes),
+        node_us=max(1.0, spent / nodes * 1e6),
+    )
 
 
-def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs: Costs,
-               count: int, args: argparse.Namespace) -> None:
+def check_size(
+    client: Redis[bytes],
+    settings: Settings,
+    decoy: Settings,
+    costs: Costs,
+    count: int,
+    args: argparse.Namespace,
+) -> None:
     """Measure ``count`` fakes and print measured against simulated."""
     with fake_workers(settings, count, 900, decoy=decoy) as fakes:
         time.sleep(3)
@@ -152,29 +168,46 @@ def check_size(client: Redis[bytes], settings: Settings, decoy: Settings, costs:
             chains = [run_chain(settings, client) for _ in range(args.rounds)]
             rounds = [(chain, *split(chain.spans, switches)) for chain in chains]
     reached = statistics.median(rate for _, _, rate in cpu) * settings.heartbeat_interval_s
-    quiet = dataclasses.replace(costs, celery_idle_cpu=statistics.median(
-        max(0.0, off - costs.idle_cpu) / 2 for off, _, _ in cpu))  # fmt: skip
-    simulated_cpu = [predict(Cluster(workers=round(reached) + 2, celery_workers=2),
-                             quiet).cpu * 100]  # fmt: skip
-    print(f"\n{count} fakes asked, {reached:.0f} heartbeating in time ({reached / count:.0%}); "
-          f"{load()}")
+    quiet = dataclasses.replace(
+        costs,
+        celery_idle_cpu=statistics.median(max(0.0, off - costs.idle_cpu) / 2 for off, _, _ in cpu),
+    )
+    simulated_cpu = [
+        predict(Cluster(workers=round(reached) + 2, celery_workers=2), quiet).cpu * 100
+    ]
+    print(
+        f"\n{count} fakes asked, {reached:.0f} heartbeating in time ({reached / count:.0%}); "
+        f"{load()}"
+    )
     print_row("Redis CPU, no run %", [on * 100 for _, on, _ in cpu], simulated_cpu)
     added = statistics.median(on - off for off, on, _ in cpu)
     modelled = predict(Cluster(workers=round(reached), celery_workers=0), costs)
-    print(f"{'':>24}(the fakes' own share: {added * 100:.2f} % measured, on minus on the "
-          f"decoy; {modelled.parts['heartbeats+ticks'] * 100:.2f} % modelled)")
-    print_row("registry memory KiB", [memory / 1024],
-              [(count + 2) * costs.bytes_per_worker(count + 2) / 1024])
+    print(
+        f"{'':>24}(the fakes' own share: {added * 100:.2f} % measured, on minus on the "
+        f"decoy; {modelled.parts['heartbeats+ticks'] * 100:.2f} % modelled)"
+    )
+    print_row(
+        "registry memory KiB",
+        [memory / 1024],
+        [(count + 2) * costs.bytes_per_worker(count + 2) / 1024],
+    )
     paths = [d for _, path, _ in rounds for d in path]
     loaded = [d for _, _, on in rounds for d in on]
     node_s = sum(chain.seconds for chain in chains) / CHAIN / len(chains)
-    print_row(f"dispatch p99 ms, {len(loaded)}", [p99(loaded)],
-              [simulate_p99(costs, paths, node_s, reached)])
-    print_row("rounds' p99s: median", [p99(on) for _, _, on in rounds],
-              [simulate_p99(costs, path, chain.seconds / CHAIN, reached)
-               for chain, path, _ in rounds])  # fmt: skip
-    print(f"{'':>24}(on the decoy: p99 {p99(paths):.2f} ms of {len(paths)}; "
-          f"{len(rounds)} rounds of {CHAIN - 1})")
+    print_row(
+        f"dispatch p99 ms, {len(loaded)}",
+        [p99(loaded)],
+        [simulate_p99(costs, paths, node_s, reached)],
+    )
+    print_row(
+        "rounds' p99s: median",
+        [p99(on) for _, _, on in rounds],
+        [simulate_p99(costs, path, chain.seconds / CHAIN, reached) for chain, path, _ in rounds],
+    )
+    print(
+        f"{'':>24}(on the decoy: p99 {p99(paths):.2f} ms of {len(paths)}; "
+        f"{len(rounds)} rounds of {CHAIN - 1})"
+    )
 
 
 def recalibrate(client: Redis[bytes], fakes: FakeWorkers, costs: Costs) -> Costs:
@@ -189,8 +222,9 @@ def recalibrate(client: Redis[bytes], fakes: FakeWorkers, costs: Costs) -> Costs
     return dataclasses.replace(costs, light_k=k, light_alpha=alpha)
 
 
-def paired_cpu(client: Redis[bytes], fakes: FakeWorkers, seconds: float
-               ) -> tuple[float, float, float]:
+def paired_cpu(
+    client: Redis[bytes], fakes: FakeWorkers, seconds: float
+) -> tuple[float, float, float]:
     """Redis CPU with the fakes paused, then heartbeating, and their pairs a second.
 
     Paused for less than a heartbeat TTL, so no entry expires meanwhile."""
@@ -209,16 +243,21 @@ def simulate_p99(costs: Costs, path: list[float], node_s: float, fakes: float) -
     they were on the decoy (the path, on an equally busy machine) plus the waits in
     the measured Redis' queue with their command mix."""
     own = dataclasses.replace(costs, path_ms=tuple(path_quantiles(path)))
-    cluster = Cluster(workers=round(fakes) + 2, plan_size=CHAIN, runs=1, parallel=1,
-                      node_s=node_s, celery_workers=2)
+    cluster = Cluster(
+        workers=round(fakes) + 2,
+        plan_size=CHAIN,
+        runs=1,
+        parallel=1,
+        node_s=node_s,
+        celery_workers=2,
+    )
     return predict(cluster, own).dispatch_p99_ms or float("inf")
 
 
 def print_row(what: str, measured: list[float], simulated: list[float]) -> None:
     mid_measured, mid_simulated = statistics.median(measured), statistics.median(simulated)
     error = (mid_simulated - mid_measured) / mid_measured * 100
-    spread = (f"  (measured {min(measured):.2f}-{max(measured):.2f})"
-              if len(measured) > 1 else "")
+    spread = f"  (measured {min(measured):.2f}-{max(measured):.2f})" if len(measured) > 1 else ""
     print(f"{what:>24} {mid_measured:>10.2f} {mid_simulated:>10.2f} {error:>+6.0f}%{spread}")
 
 
@@ -226,8 +265,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--no-save", action="store_true",
-                        help=f"Do not write {COSTS_FILE.name}.")
+    parser.add_argument("--no-save", action="store_true", help=f"Do not write {COSTS_FILE.name}.")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     logging.getLogger("somatize_tasks.sizing.calibrate").setLevel(logging.INFO)
@@ -239,16 +277,21 @@ def main() -> None:
         client: Redis[bytes] = Redis.from_url(url)
         print(f"calibrating on {url}; {load()}")
         costs = calibrate(client)
-        settings = Settings(redis_url=url, key_prefix="sim", store_kind="local",
-                            store_dir=root / "store", cache_dir=root / "cache",
-                            heartbeat_interval_s=2.0, worker_id="sim-producer",
-                            fuse_chains=False)
+        settings = Settings(
+            redis_url=url,
+            key_prefix="sim",
+            store_kind="local",
+            store_dir=root / "store",
+            cache_dir=root / "cache",
+            heartbeat_interval_s=2.0,
+            worker_id="sim-producer",
+            fuse_chains=False,
+        )
         factory = WorkerFactory(settings, root)
         try:
             for name in ("a", "b"):
                 factory.start(name, tags="cpu", nodes="testkit.nodes.run_nodes")
-            decoy = settings.model_copy(
-                update={"redis_url": f"redis://127.0.0.1:{decoy_port}/0"})
+            decoy = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{decoy_port}/0"})
             compare(client, settings, decoy, costs, args)
         finally:
             factory.close()
@@ -258,8 +301,13 @@ def main() -> None:
             server.wait()
 
 
-def compare(client: Redis[bytes], settings: Settings, decoy: Settings, costs: Costs,
-            args: argparse.Namespace) -> None:
+def compare(
+    client: Redis[bytes],
+    settings: Settings,
+    decoy: Settings,
+    costs: Costs,
+    args: argparse.Namespace,
+) -> None:
     run_chain(settings, client)  # warm up
     idle = idle_rates(client, min(5.0, args.seconds))
     costs = measure_celery_from(costs, idle)
@@ -269,13 +317,18 @@ def compare(client: Redis[bytes], settings: Settings, decoy: Settings, costs: Co
     # is deleted when it ends).
     node_bytes = (float(client.info("memory")["used_memory"]) - memory) / (2 * CHAIN)
     costs = dataclasses.replace(costs, node_bytes=max(0.0, node_bytes))
-    print(f"dispatch: {costs.node_us:.0f} us of Redis CPU and {costs.node_calls:.1f} calls "
-          f"a node ({costs.path_calls:.0f} round trips on the path); Celery idle: "
-          f"{costs.celery_idle_cpu * 100:.3f} % of a core and {costs.celery_idle_calls:.1f} "
-          f"calls/s a worker; a finished run keeps {costs.node_bytes:.0f} bytes a node")
-    costs = dataclasses.replace(costs, measured_on=f"{costs.measured_on}; dispatch path from "
-                                f"{2 * (CHAIN - 1)} delays of {CHAIN}-node chains on 2 workers, "
-                                f"{load()}")
+    print(
+        f"dispatch: {costs.node_us:.0f} us of Redis CPU and {costs.node_calls:.1f} calls "
+        f"a node ({costs.path_calls:.0f} round trips on the path); Celery idle: "
+        f"{costs.celery_idle_cpu * 100:.3f} % of a core and {costs.celery_idle_calls:.1f} "
+        f"calls/s a worker; a finished run keeps {costs.node_bytes:.0f} bytes a node"
+    )
+    costs = dataclasses.replace(
+        costs,
+        measured_on=f"{costs.measured_on}; dispatch path from "
+        f"{2 * (CHAIN - 1)} delays of {CHAIN}-node chains on 2 workers, "
+        f"{load()}",
+    )
     print(f"{'':>24} {'measured':>10} {'simulated':>10} {'error':>7}")
     for count in (100, 1_000):
         check_size(client, settings, decoy, costs, count, args)
@@ -291,8 +344,11 @@ def measure_celery_from(costs: Costs, idle: tuple[float, float]) -> Costs:
     cpu, calls = idle
     beats = 2 * 2 / 2.0  # two workers' heartbeats and ticks a second
     ours = costs.idle_cpu + beats / 2 * (costs.heartbeat_us + costs.tick_us) / 1e6
-    return dataclasses.replace(costs, celery_idle_cpu=max(0.0, cpu - ours) / 2,
-                               celery_idle_calls=max(0.5, (calls - beats) / 2))
+    return dataclasses.replace(
+        costs,
+        celery_idle_cpu=max(0.0, cpu - ours) / 2,
+        celery_idle_calls=max(0.5, (calls - beats) / 2),
+    )
 
 
 if __name__ == "__main__":

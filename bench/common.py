@@ -33,10 +33,15 @@ def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path
     root = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     prefix = f"{name}-{uuid.uuid4().hex[:8]}"
     options: dict[str, Any] = {
-        "redis_url": redis_url, "key_prefix": prefix, "store_kind": "local",
-        "store_dir": root / "store", "cache_dir": root / "cache",
-        "heartbeat_interval_s": 0.5, "worker_id": f"{prefix}-producer", **overrides,
-    }  # fmt: skip
+        "redis_url": redis_url,
+        "key_prefix": prefix,
+        "store_kind": "local",
+        "store_dir": root / "store",
+        "cache_dir": root / "cache",
+        "heartbeat_interval_s": 0.5,
+        "worker_id": f"{prefix}-producer",
+        **overrides,
+    }
     settings = Settings(**options)
     ram = ram_tier(settings)
     try:

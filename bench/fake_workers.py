@@ -36,10 +36,14 @@ from somatize_tasks.workers.registry import Registry
 
 def fake_info(index: int) -> WorkerInfo:
     return WorkerInfo(
-        id=f"fake-{index:05d}", name=f"fake-{index:05d}@bench",
-        tags=["gpu"] if index % 10 == 0 else ["cpu"], gpu=index % 10 == 0,
-        cpu_cores=8, active_jobs=4, max_concurrent=4,  # full: never given real work
-    )  # fmt: skip
+        id=f"fake-{index:05d}",
+        name=f"fake-{index:05d}@bench",
+        tags=["gpu"] if index % 10 == 0 else ["cpu"],
+        gpu=index % 10 == 0,
+        cpu_cores=8,
+        active_jobs=4,
+        max_concurrent=4,  # full: never given real work
+    )
 
 
 def _target(settings: Settings, indexes: list[int]) -> tuple[Registry, list[ReaperLoop]]:
@@ -50,12 +54,20 @@ def _target(settings: Settings, indexes: list[int]) -> tuple[Registry, list[Reap
     return Registry.from_settings(settings, context.redis), loops
 
 
-def _run_fakes(settings_json: str, decoy_json: str | None, indexes: list[int],
-               stop_at: float, shared: tuple[Any, Any, Any]) -> None:
+def _run_fakes(
+    settings_json: str,
+    decoy_json: str | None,
+    indexes: list[int],
+    stop_at: float,
+    shared: tuple[Any, Any, Any],
+) -> None:
     beats, stop, paused = shared
     settings = Settings.model_validate_json(settings_json)
-    targets = [_target(Settings.model_validate_json(j), indexes)
-               for j in (settings_json, decoy_json) if j is not None]
+    targets = [
+        _target(Settings.model_validate_json(j), indexes)
+        for j in (settings_json, decoy_json)
+        if j is not None
+    ]
     infos = [fake_info(i) for i in indexes]
     gap = settings.heartbeat_interval_s / max(1, len(infos))
     next_at = time.monotonic()
@@ -99,8 +111,13 @@ class FakeWorkers:
 
 
 @contextmanager
-def fake_workers(settings: Settings, count: int, seconds: float, processes: int = 4,
-                 decoy: Settings | None = None) -> Iterator[FakeWorkers]:
+def fake_workers(
+    settings: Settings,
+    count: int,
+    seconds: float,
+    processes: int = 4,
+    decoy: Settings | None = None,
+) -> Iterator[FakeWorkers]:
     """Run ``count`` fakes for ``seconds`` in ``processes`` processes (joined on exit);
     paused, they heartbeat against ``decoy`` instead (see the module docstring)."""
     stop_at = time.monotonic() + seconds
@@ -112,9 +129,13 @@ def fake_workers(settings: Settings, count: int, seconds: float, processes: int 
     ctx = multiprocessing.get_context("fork")
     shared = (ctx.Value("q", 0), ctx.Event(), ctx.Event())
     decoy_json = decoy.model_dump_json() if decoy else None
-    procs = [ctx.Process(target=_run_fakes, args=(settings.model_dump_json(), decoy_json,
-                                                  share, stop_at, shared))
-             for share in shares if share]
+    procs = [
+        ctx.Process(
+            target=_run_fakes, args=(settings.model_dump_json(), decoy_json, share, stop_at, shared)
+        )
+        for share in shares
+        if share
+    ]
     for proc in procs:
         proc.start()
     try:
@@ -144,5 +165,7 @@ def measure_redis_cpu(client: Redis[bytes], seconds: float) -> float:
 def command_costs(client: Redis[bytes]) -> dict[str, tuple[int, float]]:
     """``INFO commandstats`` as ``{command: (calls, usec per call)}``."""
     stats: dict[str, Any] = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec_per_call"]))
-            for name, v in stats.items()}
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec_per_call"]))
+        for name, v in stats.items()
+    }

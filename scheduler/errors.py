@@ -25,7 +25,9 @@ def shorten(text: str, most: int = MAX_LINE_CHARS) -> str:
 
 
 def listing(
-    items: Iterable[object], most: int = MAX_LISTED, sep: str = ", ",
+    items: Iterable[object],
+    most: int = MAX_LISTED,
+    sep: str = ", ",
     item_chars: int = MAX_LINE_CHARS,
 ) -> str:
     """The first ``most`` items (each cut to ``item_chars``) joined with ``sep``, then
@@ -104,5 +106,5 @@ class PlacementError(SchedulerError, ValueError):
 
     @property
     def busy_only(self) -> bool:
-        """"Not now": some worker satisfies the target and is only out of free slots."""
+        """ "Not now": some worker satisfies the target and is only out of free slots."""
         return self.rejections.get(AT_CAPACITY, 0) > 0

@@ -233,8 +233,11 @@ class NodeFailedError(RunError):
         self.node_id = str(detail.get("node_id"))
         self.worker_id = str(detail.get("worker_id"))
         self.remote_traceback = str(detail.get("traceback", ""))
-        where = "" if detail.get("node_id") is None else (
-            f"node '{self.node_id}' on worker '{self.worker_id}' raised ")  # fmt: skip
+        where = (
+            ""
+            if detail.get("node_id") is None
+            else (f"node '{self.node_id}' on worker '{self.worker_id}' raised ")
+        )
         shown = f"\n\nRemote traceback:\n{self.remote_traceback}" if self.remote_traceback else ""
         super().__init__(
             f"run {run_id} failed: {where}{detail.get('type')}: {detail.get('message')}{shown}"

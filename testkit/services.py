@@ -30,9 +30,20 @@ def start_redis_server(*extra: str) -> tuple[subprocess.Popen[bytes], int]:
     """A throwaway ``redis-server`` on a free port (no persistence)."""
     port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -51,9 +62,13 @@ class S3Endpoint:
     secret_access_key: str = "testing-secret"
 
     def client(self) -> object:
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id=self.access_key_id,
-                            aws_secret_access_key=self.secret_access_key)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+        )
 
 
 def wait_for(predicate: object, timeout_s: float, interval_s: float = 0.05) -> bool:

@@ -17,12 +17,14 @@ from testkit.services import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
-TEST_NODES = ",".join([
-    "testkit.nodes.worker_nodes",
-    "somatize_tasks.examples.nodes",
-    "testkit.nodes.run_nodes",
-    "testkit.nodes.soma_nodes",
-])
+TEST_NODES = ",".join(
+    [
+        "testkit.nodes.worker_nodes",
+        "somatize_tasks.examples.nodes",
+        "testkit.nodes.run_nodes",
+        "testkit.nodes.soma_nodes",
+    ]
+)
 
 
 @dataclass
@@ -73,10 +75,19 @@ class WorkerFactory:
     log_dir: Path
     started: list[WorkerProcess] = field(default_factory=list)
 
-    def start(self, name: str, *, tags: str = "", nodes: str = TEST_NODES,
-              concurrency: int = 2, options: tuple[str, ...] = (),
-              celery_args: tuple[str, ...] = (), wait: bool = True,
-              plain: bool = False, source: Path = REPO) -> WorkerProcess:
+    def start(
+        self,
+        name: str,
+        *,
+        tags: str = "",
+        nodes: str = TEST_NODES,
+        concurrency: int = 2,
+        options: tuple[str, ...] = (),
+        celery_args: tuple[str, ...] = (),
+        wait: bool = True,
+        plain: bool = False,
+        source: Path = REPO,
+    ) -> WorkerProcess:
         """Start ``somatize-tasks worker`` (``options`` are its own, then celery's args).
 
         With ``plain``, start ``celery -A somatize_tasks worker`` configured by
@@ -87,22 +98,53 @@ class WorkerFactory:
         log_path = self.log_dir / f"{worker_id}.log"
         env = {**os.environ, **self.settings.to_env()}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
-        celery_tail = ["--concurrency", str(concurrency), "--loglevel", "info",
-                       "--without-mingle", "--without-gossip", *celery_args]
+        celery_tail = [
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+            *celery_args,
+        ]
         if plain:
             # Plain `celery -A somatize_tasks worker`: everything from the environment.
-            env.update(SOMATIZE_WORKER_ID=worker_id, SOMATIZE_WORKER_TAGS=tags,
-                       SOMATIZE_NODES=nodes)
-            command = [sys.executable, "-m", "celery", "-A", "somatize_tasks", "worker",
-                       *celery_tail]
+            env.update(
+                SOMATIZE_WORKER_ID=worker_id, SOMATIZE_WORKER_TAGS=tags, SOMATIZE_NODES=nodes
+            )
+            command = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "somatize_tasks",
+                "worker",
+                *celery_tail,
+            ]
         else:
             env.pop("SOMATIZE_WORKER_ID", None)
-            command = [sys.executable, "-c", "from somatize_tasks.cli import main; main()",
-                       "worker", "--worker-id", worker_id, "--nodes", nodes,
-                       *(("--tags", tags) if tags else ()), *options, *celery_tail]
+            command = [
+                sys.executable,
+                "-c",
+                "from somatize_tasks.cli import main; main()",
+                "worker",
+                "--worker-id",
+                worker_id,
+                "--nodes",
+                nodes,
+                *(("--tags", tags) if tags else ()),
+                *options,
+                *celery_tail,
+            ]
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(command, cwd=source, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=source,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         worker = WorkerProcess(worker_id, proc, log_path, self.settings)
         self.started.append(worker)
         if wait:

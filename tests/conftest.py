@@ -30,8 +30,16 @@ from somatize_tasks.config.settings import Settings
 from testkit.services import S3Endpoint, free_port, start_redis_server, wait_for
 from testkit.workers import TEST_NODES, WorkerFactory, WorkerProcess, wait_idle
 
-__all__ = ["TEST_NODES", "WorkerFactory", "WorkerProcess", "free_port", "start_redis_server",
-           "wait_for", "wait_idle"]
+__all__ = [
+    "TEST_NODES",
+    "WorkerFactory",
+    "WorkerProcess",
+    "free_port",
+    "start_redis_server",
+    "wait_for",
+    "wait_idle",
+]
+
 
 def _leases_enabled() -> bool:
     """Whether this kernel grants file leases, which recycling RAM files needs."""
@@ -42,8 +50,9 @@ def _leases_enabled() -> bool:
 
 
 #: Skips a test of recycled RAM files where the kernel grants no file leases.
-needs_leases = pytest.mark.skipif(not _leases_enabled(),
-                                  reason="the kernel grants no file leases (fs.leases-enable)")
+needs_leases = pytest.mark.skipif(
+    not _leases_enabled(), reason="the kernel grants no file leases (fs.leases-enable)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +109,12 @@ def _no_ambient_settings() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def settings(redis_url: str, key_prefix: str, s3_endpoint: S3Endpoint,
-             tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def settings(
+    redis_url: str,
+    key_prefix: str,
+    s3_endpoint: S3Endpoint,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Settings:
     """Settings for this session: real Redis and S3, short heartbeats, a small inline limit."""
     root = tmp_path_factory.mktemp("somatize")
     return Settings(
@@ -125,8 +138,9 @@ def settings(redis_url: str, key_prefix: str, s3_endpoint: S3Endpoint,
 
 
 @pytest.fixture(scope="session")
-def worker_factory(settings: Settings,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerFactory]:
+def worker_factory(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerFactory]:
     factory = WorkerFactory(settings, tmp_path_factory.mktemp("worker-logs"))
     try:
         yield factory
@@ -154,10 +168,22 @@ class OwnRedis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--dir", str(self.root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--dir",
+                str(self.root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         assert wait_for(self.answers, 10), "redis-server did not start"
 
     def answers(self) -> bool:
@@ -202,7 +228,12 @@ def ram_dir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def local(settings: Settings, tmp_path: Path, ram_dir: Path) -> Settings:
-    return settings.model_copy(update={
-        "store_kind": "local", "store_dir": tmp_path / "shared", "cache_dir": tmp_path / "cache",
-        "ram_dir": ram_dir, "ram_max_bytes": 4 << 20,
-    })  # fmt: skip
+    return settings.model_copy(
+        update={
+            "store_kind": "local",
+            "store_dir": tmp_path / "shared",
+            "cache_dir": tmp_path / "cache",
+            "ram_dir": ram_dir,
+            "ram_max_bytes": 4 << 20,
+        }
+    )

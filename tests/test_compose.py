@@ -59,8 +59,11 @@ def _celery_subcommand(name: str) -> click.Command:
 
 def _celery_parse(name: str, args: list[str]) -> None:
     """Parse a celery subcommand's arguments with the app in the context, as `celery -A` does."""
-    parent = click.Context(celery_cli, info_name="celery",
-                           obj=CLIContext(app=somatize_tasks.app, no_color=True, workdir=None))
+    parent = click.Context(
+        celery_cli,
+        info_name="celery",
+        obj=CLIContext(app=somatize_tasks.app, no_color=True, workdir=None),
+    )
     _celery_subcommand(name).make_context(name, args, parent=parent)
 
 
@@ -111,8 +114,11 @@ def test_each_somatize_variable_is_a_real_setting(name: str) -> None:
     assert names, f"{name} gets no settings"
     assert names <= SETTINGS, f"{name}: not settings: {sorted(names - SETTINGS)}"
     # The values that are not ${...} substitutions must validate as settings too.
-    literal = {k.removeprefix("SOMATIZE_").lower(): v for k, v in env.items()
-               if k in names and "${" not in v}
+    literal = {
+        k.removeprefix("SOMATIZE_").lower(): v
+        for k, v in env.items()
+        if k in names and "${" not in v
+    }
     Settings.model_validate(literal)
 
 
@@ -122,8 +128,13 @@ def test_workers_share_the_redis_and_the_bucket_the_bucket_job_creates() -> None
     buckets = {e["SOMATIZE_S3_BUCKET"] for e in envs}
     assert len(buckets) == 1
     bucket = buckets.pop()
-    creators = [s for s in SERVICES.values() if re.search(rf"mc mb .*/{bucket}\b", " ".join(
-        str(part) for part in s.get("command") or []))]
+    creators = [
+        s
+        for s in SERVICES.values()
+        if re.search(
+            rf"mc mb .*/{bucket}\b", " ".join(str(part) for part in s.get("command") or [])
+        )
+    ]
     assert creators, "no service creates the bucket"
     assert {e["SOMATIZE_S3_ENDPOINT_URL"] for e in envs} == {"http://minio:9000"}
 

@@ -151,8 +151,11 @@ def test_no_import_circle() -> None:
 
 
 def test_lua_lives_in_lua_files() -> None:
-    inline = [str(path.relative_to(REPO)) for _, path in GRAPH.items()
-              if "redis.call(" in path.read_text()]
+    inline = [
+        str(path.relative_to(REPO))
+        for _, path in GRAPH.items()
+        if "redis.call(" in path.read_text()
+    ]
     assert not inline, f"Lua written inside Python: {inline}"
     scripts = list((REPO / "somatize_tasks").rglob("*.lua"))
     bodies = [path.read_text().strip() for path in scripts]
@@ -178,12 +181,20 @@ def test_architecture_doc_maps_every_module(package: str) -> None:
     missing = [
         str(path.relative_to(REPO))
         for name, path in GRAPH.items()
-        if name.split(".")[0] == package and path.name != "__init__.py"
+        if name.split(".")[0] == package
+        and path.name != "__init__.py"
         and str(path.relative_to(REPO / package).as_posix()) not in doc
     ]
     assert not missing, f"docs/architecture.md does not name: {missing}"
     named = set(re.findall(r"`((?:[\w]+/)*[\w]+\.py)`", doc))
-    gone = [rel for rel in named if not any(
-        path.relative_to(REPO / pkg).as_posix() == rel
-        for pkg in PACKAGES for _, path in GRAPH.items() if path.is_relative_to(REPO / pkg))]
+    gone = [
+        rel
+        for rel in named
+        if not any(
+            path.relative_to(REPO / pkg).as_posix() == rel
+            for pkg in PACKAGES
+            for _, path in GRAPH.items()
+            if path.is_relative_to(REPO / pkg)
+        )
+    ]
     assert not gone, f"docs/architecture.md names modules that do not exist: {gone}"

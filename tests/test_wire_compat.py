@@ -33,8 +33,10 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     archive = where / "old.tar"
     made = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), OLD_LAYOUT],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if made.returncode != 0:
         pytest.skip(f"commit {OLD_LAYOUT} is not in this clone's history: {made.stderr.strip()}")
     with tarfile.open(archive) as tar:
@@ -43,9 +45,12 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # A worker started there must import the old modules, not this checkout's.
     seen = subprocess.run(
         [sys.executable, "-c", "import somatize_tasks.keys as k; print(k.__file__)"],
-        cwd=source, env={**os.environ, "PYTHONPATH": str(source)},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert seen.stdout.startswith(str(source)), seen.stdout
     yield source
 
@@ -55,9 +60,11 @@ def test_an_old_layout_worker_and_a_new_one_share_a_run(
     old_tree: Path, worker_factory: WorkerFactory, settings: Settings
 ) -> None:
     old = worker_factory.start(
-        "old-layout", tags="oldgpu", source=old_tree,
+        "old-layout",
+        tags="oldgpu",
+        source=old_tree,
         nodes="somatize_tasks.examples.nodes,tests.runtime.run_nodes",
-    )  # fmt: skip
+    )
     assert "somatize_tasks/runtime/tasks.py" not in old.log()  # no traceback from the old code
     new = worker_factory.start("new-layout", tags="newcpu")
     try:
@@ -71,8 +78,11 @@ def test_an_old_layout_worker_and_a_new_one_share_a_run(
         run = submit_plan(plan, settings=settings, require_workers=True)
         assert run.wait(timeout=120) == 2 * sum(i * 0.5 for i in range(400))
         ran_on = {node: status.worker for node, status in run.status().nodes.items()}
-        assert ran_on == {"rt_make": new.worker_id, "rt_scale": old.worker_id,
-                          "rt_sum": new.worker_id}, ran_on  # fmt: skip
+        assert ran_on == {
+            "rt_make": new.worker_id,
+            "rt_scale": old.worker_id,
+            "rt_sum": new.worker_id,
+        }, ran_on
         assert len(run.status().transfers) >= 2, run.status().transfers
     finally:
         old.stop()

@@ -73,10 +73,16 @@ def check_text_depth(text: str, what: str = "plan", limit: int = MAX_JSON_DEPTH)
     if offset is None:
         return
     line, column = line_and_column(text, offset)
-    raise PlanValidationError(what, [FieldProblem(
-        "", f"JSON nests more than {limit} levels deep (at line {line}, column {column}); "
-        f"the limit is {limit}, as in Soma's reader",
-    )])  # fmt: skip
+    raise PlanValidationError(
+        what,
+        [
+            FieldProblem(
+                "",
+                f"JSON nests more than {limit} levels deep (at line {line}, column {column}); "
+                f"the limit is {limit}, as in Soma's reader",
+            )
+        ],
+    )
 
 
 def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
@@ -88,9 +94,12 @@ def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     while level:  # level by level: cheap, and no path kept until one is needed
         if depth > limit:
             return _locate(value, limit)
-        level = [child for item in level
-                 for child in (item.values() if isinstance(item, Mapping) else item)
-                 if isinstance(child, _CONTAINERS)]  # fmt: skip
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, Mapping) else item)
+            if isinstance(child, _CONTAINERS)
+        ]
         depth += 1
     return None
 
@@ -104,8 +113,11 @@ def _locate(value: Any, limit: int) -> str:
         if depth > limit:
             return _spell(trail)
         pairs: Any = item.items() if isinstance(item, Mapping) else enumerate(item)
-        stack.extend((child, depth + 1, (trail, key)) for key, child in pairs
-                     if isinstance(child, _CONTAINERS))  # fmt: skip
+        stack.extend(
+            (child, depth + 1, (trail, key))
+            for key, child in pairs
+            if isinstance(child, _CONTAINERS)
+        )
     return "(top level)"
 
 
@@ -124,7 +136,13 @@ def check_value_depth(value: Any, what: str = "plan", limit: int = MAX_JSON_DEPT
     if path is None:
         return
     shown = path if len(path) <= 120 else path[:60] + "..." + path[-40:]
-    raise PlanValidationError(what, [FieldProblem(
-        "", f"nests more than {limit} levels deep (at {shown}); the limit is {limit}, "
-        "as in Soma's reader",
-    )])  # fmt: skip
+    raise PlanValidationError(
+        what,
+        [
+            FieldProblem(
+                "",
+                f"nests more than {limit} levels deep (at {shown}); the limit is {limit}, "
+                "as in Soma's reader",
+            )
+        ],
+    )

@@ -61,8 +61,10 @@ class PlanDocument:
 
 def is_document(value: Any) -> bool:
     """Whether a parsed JSON value is the ``{"plan": ...}`` form, not a bare plan."""
-    return isinstance(value, dict) and "plan" in value and not (
-        len(value) == 1 and next(iter(value)) in VARIANT_TAGS
+    return (
+        isinstance(value, dict)
+        and "plan" in value
+        and not (len(value) == 1 and next(iter(value)) in VARIANT_TAGS)
     )
 
 
@@ -81,8 +83,9 @@ def load_plan_document(document: Any, predecessors: Any = None) -> PlanDocument:
     if is_document(document):
         extra = sorted(set(document) - {"plan", "predecessors"})
         if extra:
-            problem = FieldProblem(extra[0], "unknown field of a plan document "
-                                   "(expected 'plan' and 'predecessors')")  # fmt: skip
+            problem = FieldProblem(
+                extra[0], "unknown field of a plan document (expected 'plan' and 'predecessors')"
+            )
             raise PlanValidationError("plan document", [problem])
         if predecessors is None:
             predecessors = document.get("predecessors")
@@ -110,8 +113,10 @@ def _parse(data: str | bytes | bytearray) -> Any:
 
 def _read_predecessors(raw: Any) -> Predecessors:
     if not isinstance(raw, Mapping):
-        problem = FieldProblem("predecessors", "must be an object mapping node ids to "
-                               f"lists of node ids, not {type(raw).__name__}")  # fmt: skip
+        problem = FieldProblem(
+            "predecessors",
+            f"must be an object mapping node ids to lists of node ids, not {type(raw).__name__}",
+        )
         raise PlanValidationError("plan document", [problem])
     graph: Predecessors = {}
     problems = []
@@ -131,8 +136,9 @@ def check_predecessors(plan: ExecutionPlan, graph: Mapping[str, list[str]]) -> N
     problems: list[FieldProblem] = []
     for node_id, preds in graph.items():
         if node_id not in places:
-            problems.append(FieldProblem(f"predecessors.{node_id}",
-                                         f"'{node_id}' is not a node of the plan"))  # fmt: skip
+            problems.append(
+                FieldProblem(f"predecessors.{node_id}", f"'{node_id}' is not a node of the plan")
+            )
             continue
         for index, pred in enumerate(preds):
             why = _edge_problem(pred, node_id, places)
@@ -162,15 +168,18 @@ def _edge_problem(pred: str, node_id: str, places: dict[str, _Place]) -> str | N
         return None
     (_, kind, node_slot, owner), (_, _, pred_slot, _) = here[depth], there[depth]
     if kind == "Parallel":
-        return (f"'{pred}' runs in another parallel branch than '{node_id}'; "
-                "a branch never sees its siblings' outputs")  # fmt: skip
+        return (
+            f"'{pred}' runs in another parallel branch than '{node_id}'; "
+            "a branch never sees its siblings' outputs"
+        )
     if kind in ("Branch", "Step") and pred_slot >= 0 and node_slot >= 0:
-        return (f"'{pred}' and '{node_id}' are in different arms of '{kind}' "
-                f"'{owner}'; only one arm runs")  # fmt: skip
+        return (
+            f"'{pred}' and '{node_id}' are in different arms of '{kind}' "
+            f"'{owner}'; only one arm runs"
+        )
     if pred_slot < node_slot or in_loop:
         return None
-    return (f"'{pred}' runs after '{node_id}' and no loop repeats both "
-            "(a cycle outside a loop)")  # fmt: skip
+    return f"'{pred}' runs after '{node_id}' and no loop repeats both (a cycle outside a loop)"
 
 
 def _places(root: PlanNode) -> dict[str, _Place]:
@@ -189,8 +198,10 @@ def _places(root: PlanNode) -> dict[str, _Place]:
             owner = node.node_id if isinstance(node, Loop | Branch | Step) else ""
             if owner:
                 places[owner] = (*place, (uid, kind, -1, owner))
-            stack.extend((child, (*place, (uid, kind, slot, owner)))
-                         for slot, child in enumerate(node.children()))  # fmt: skip
+            stack.extend(
+                (child, (*place, (uid, kind, slot, owner)))
+                for slot, child in enumerate(node.children())
+            )
     return places
 
 

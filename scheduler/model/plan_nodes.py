@@ -36,9 +36,17 @@ NodeId = Annotated[str, Field(min_length=1, description="A node id; never empty.
 #: Soma's executor runs a Loop with ``max_iterations: null`` at most this many passes.
 SOMA_LOOP_CAP = 100
 VARIANT_TAGS = (
-    "Sequence", "Parallel", "Execute", "Step", "Loop",
-    "Branch", "Remote", "Composite", "Stream", "Empty",
-)  # fmt: skip
+    "Sequence",
+    "Parallel",
+    "Execute",
+    "Step",
+    "Loop",
+    "Branch",
+    "Remote",
+    "Composite",
+    "Stream",
+    "Empty",
+)
 
 
 class _Model(BaseModel):
@@ -300,6 +308,7 @@ VARIANTS: dict[str, type[Variant]] = {
 
 # --- PlanNode: the ten variants as one externally tagged union ------------------------
 # ``PlanNode``: the ten variants as one externally tagged union, as serde writes it.
+
 
 def _tag_of(value: Any) -> str | None:
     """Which variant a raw value claims to be (None: not a plan at all)."""

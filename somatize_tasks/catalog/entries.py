@@ -33,11 +33,22 @@ T = TypeVar("T")
 EntryKind = Literal["function", "filter"]
 StreamMode = Literal["fixed_state", "evolving", "barrier"]
 _STREAM_MODES: dict[str, StreamMode] = {
-    "fixed_state": "fixed_state", "fixed": "fixed_state", "FixedState": "fixed_state",
-    "evolving": "evolving", "Evolving": "evolving", "barrier": "barrier", "Barrier": "barrier",
-}  # fmt: skip
-_FILTER_KINDS = {"trainable": True, "Trainable": True, "opaque": True, "Opaque": True,
-                 "stateless": False, "Stateless": False}  # fmt: skip
+    "fixed_state": "fixed_state",
+    "fixed": "fixed_state",
+    "FixedState": "fixed_state",
+    "evolving": "evolving",
+    "Evolving": "evolving",
+    "barrier": "barrier",
+    "Barrier": "barrier",
+}
+_FILTER_KINDS = {
+    "trainable": True,
+    "Trainable": True,
+    "opaque": True,
+    "Opaque": True,
+    "stateless": False,
+    "Stateless": False,
+}
 
 
 @dataclass(frozen=True)
@@ -62,8 +73,10 @@ class CatalogEntry:
 
 
 def _is_filter(target: Any) -> bool:
-    return inspect.isclass(target) and callable(getattr(target, "fit", None)) and callable(
-        getattr(target, "forward", None)
+    return (
+        inspect.isclass(target)
+        and callable(getattr(target, "fit", None))
+        and callable(getattr(target, "forward", None))
     )
 
 
@@ -86,11 +99,13 @@ class Catalog:
         """Add ``target`` under ``name``; the same object again is a no-op (re-import)."""
         if not name or not isinstance(name, str):
             raise CatalogError(f"a node name must be a non-empty string, not {name!r}")
-        mode = _stream_mode(name, stream if stream is not None else
-                            getattr(target, "_stream_mode", "fixed_state"))  # fmt: skip
+        mode = _stream_mode(
+            name, stream if stream is not None else getattr(target, "_stream_mode", "fixed_state")
+        )
         if _is_filter(target):
-            entry = CatalogEntry(name, target, "filter", _signature(target), mode,
-                                 _trainable(name, target))  # fmt: skip
+            entry = CatalogEntry(
+                name, target, "filter", _signature(target), mode, _trainable(name, target)
+            )
         elif callable(target) and not inspect.isclass(target):
             entry = CatalogEntry(name, target, "function", _signature(target), mode)
         else:
@@ -136,9 +151,7 @@ def node(
 ) -> Callable[[T], T]: ...
 
 
-def node(
-    name: Any = None, /, *, catalog: Catalog | None = None, stream: str | None = None
-) -> Any:
+def node(name: Any = None, /, *, catalog: Catalog | None = None, stream: str | None = None) -> Any:
     """Register a node: ``@node``, ``@node()`` or ``@node("name", stream="barrier")``.
 
     Without a name the function's (or class's) ``__name__`` is used. The
@@ -219,12 +232,17 @@ def params_problem(entry: CatalogEntry, params: Mapping[str, Any]) -> str | None
         else:
             entry.signature.bind(None, **params)
     except TypeError as exc:
-        takes = [name for name, p in entry.signature.parameters.items()
-                 if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+        takes = [
+            name
+            for name, p in entry.signature.parameters.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         if entry.kind == "function":
             takes = takes[1:]  # the first parameter is the node's input
-        return (f"{entry.qualname} cannot take parameters [{listing(map(repr, params))}]: "
-                f"{exc}; it takes: {listing(takes) or 'no parameters'}")  # fmt: skip
+        return (
+            f"{entry.qualname} cannot take parameters [{listing(map(repr, params))}]: "
+            f"{exc}; it takes: {listing(takes) or 'no parameters'}"
+        )
     return None
 
 

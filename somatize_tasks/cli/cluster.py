@@ -70,7 +70,9 @@ def _forget(run_dir: Path) -> None:
 
 
 run_dir_option = click.option(
-    "--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
     show_default="the last `cluster up`'s, else <tmp>/somatize-cluster-<uid>",
     help="Where the cluster keeps its state, logs, store and caches.",
 )
@@ -86,19 +88,41 @@ def cluster() -> None:
 
 
 @cluster.command("up")
-@click.option("--workers", "count", type=click.IntRange(1, 32), default=3, show_default=True,
-              help="How many worker processes.")
-@click.option("--tags", default="gpu,cpu", show_default=True,
-              help="One entry per worker, comma-separated; the last entry repeats. Join several "
-                   "tags for one worker with '+': gpu+training,cpu.")
-@click.option("--nodes", multiple=True, default=DEMO_NODES, show_default=True,
-              metavar="MODULE[,MODULE]", help="Catalog modules every worker imports.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Node slots per worker.")
+@click.option(
+    "--workers",
+    "count",
+    type=click.IntRange(1, 32),
+    default=3,
+    show_default=True,
+    help="How many worker processes.",
+)
+@click.option(
+    "--tags",
+    default="gpu,cpu",
+    show_default=True,
+    help="One entry per worker, comma-separated; the last entry repeats. Join several "
+    "tags for one worker with '+': gpu+training,cpu.",
+)
+@click.option(
+    "--nodes",
+    multiple=True,
+    default=DEMO_NODES,
+    show_default=True,
+    metavar="MODULE[,MODULE]",
+    help="Catalog modules every worker imports.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Node slots per worker.",
+)
 @run_dir_option
 @friendly_errors
-def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int,
-       run_dir: Path | None) -> None:
+def up(
+    count: int, tags: str, nodes: tuple[str, ...], concurrency: int, run_dir: Path | None
+) -> None:
     """Start Redis and the workers, wait for their heartbeats, print the exports to use them."""
     run_dir = run_dir or default_run_dir()
     existing = SavedCluster.load(run_dir)
@@ -111,8 +135,9 @@ def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int,
     if existing is not None:  # a stale record: nothing of it runs any more
         shutil.rmtree(run_dir, ignore_errors=True)
     specs = worker_specs(count, tags.split(","), "local")
-    local = LocalCluster(run_dir, specs, nodes=split_modules(nodes), concurrency=concurrency,
-                         tie_to_parent=False)
+    local = LocalCluster(
+        run_dir, specs, nodes=split_modules(nodes), concurrency=concurrency, tie_to_parent=False
+    )
     try:
         with interrupts_raise():
             local.start(lambda message: people.print(f"[green]✓[/green] {message}"))
@@ -122,17 +147,20 @@ def up(count: int, tags: str, nodes: tuple[str, ...], concurrency: int,
         local.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    people.print(f"cluster running from {run_dir}; logs in {run_dir / 'logs'}.\n"
-                 "Paste these lines into your shell (or: eval \"$(somatize-tasks cluster env)\"), "
-                 "then `somatize-tasks cluster down` when you are done:")
+    people.print(
+        f"cluster running from {run_dir}; logs in {run_dir / 'logs'}.\n"
+        'Paste these lines into your shell (or: eval "$(somatize-tasks cluster env)"), '
+        "then `somatize-tasks cluster down` when you are done:"
+    )
     click.echo(export_lines(local.env()))
 
 
 def _saved(run_dir: Path) -> SavedCluster:
     saved = SavedCluster.load(run_dir)
     if saved is None:
-        raise ClusterError(f"no cluster recorded in {run_dir}; start one with "
-                           "`somatize-tasks cluster up`")
+        raise ClusterError(
+            f"no cluster recorded in {run_dir}; start one with `somatize-tasks cluster up`"
+        )
     return saved
 
 
@@ -174,12 +202,15 @@ def status(run_dir: Path | None) -> None:
     console = Console(highlight=False)
     for process in saved.processes:
         state = "[green]running[/green]" if process.ref.alive() else "[red]stopped[/red]"
-        console.print(f"{process.role:<28} pid {process.ref.pid:<8} {state}   "
-                      f"log: {process.log_path}")
+        console.print(
+            f"{process.role:<28} pid {process.ref.pid:<8} {state}   log: {process.log_path}"
+        )
     fields = {k.removeprefix("SOMATIZE_").lower(): v for k, v in saved.env.items()}
     try:
         live = Registry.from_settings(ArgumentSettings.model_validate(fields)).live()
     except RedisError as exc:
-        raise ClusterError(f"the cluster's Redis does not answer ({exc}); "
-                           "`somatize-tasks cluster down`, then `up` again") from None
+        raise ClusterError(
+            f"the cluster's Redis does not answer ({exc}); "
+            "`somatize-tasks cluster down`, then `up` again"
+        ) from None
     console.print(workers_table(live))

@@ -50,8 +50,18 @@ def example_file(name: str) -> Any:
 def demo_params(pause_s: float) -> dict[str, dict[str, Any]]:
     """The example's parameters, with every node paced by ``pause_s``."""
     params: dict[str, dict[str, Any]] = example_file("pipeline.params.json")
-    plan_nodes = ("load", "normalize", "train_svm", "train_knn", "evaluate", "good_enough",
-                  "export", "adjust", "retrain", "check")
+    plan_nodes = (
+        "load",
+        "normalize",
+        "train_svm",
+        "train_knn",
+        "evaluate",
+        "good_enough",
+        "export",
+        "adjust",
+        "retrain",
+        "check",
+    )
     if pause_s > 0:
         for node_id in plan_nodes:
             params.setdefault(node_id, {})["pause_s"] = pause_s
@@ -59,24 +69,40 @@ def demo_params(pause_s: float) -> dict[str, dict[str, Any]]:
 
 
 @main.command("demo")
-@click.option("--pace", "pause_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
-              help="Seconds each example node sleeps, so the run can be watched (0: full speed).")
-@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also draw the run as a timeline, to this .html or .svg file.")
+@click.option(
+    "--pace",
+    "pause_s",
+    type=click.FloatRange(min=0),
+    default=0.25,
+    show_default=True,
+    help="Seconds each example node sleeps, so the run can be watched (0: full speed).",
+)
+@click.option(
+    "--timeline",
+    "timeline_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the run as a timeline, to this .html or .svg file.",
+)
 @friendly_errors
 def demo(pause_s: float, timeline_path: Path | None) -> None:
     """Start a local cluster (embedded Redis, 3 workers), run the example pipeline, stop it all."""
     started = time.monotonic()
-    console.print("[bold]somatize-tasks demo[/bold]: a local cluster runs the example pipeline "
-                  "(fork-join, a Remote to tag gpu, a Branch and a Loop)\n")
+    console.print(
+        "[bold]somatize-tasks demo[/bold]: a local cluster runs the example pipeline "
+        "(fork-join, a Remote to tag gpu, a Branch and a Loop)\n"
+    )
     try:
-        with interrupts_raise(), tempfile.TemporaryDirectory(
-            prefix="somatize-demo-", ignore_cleanup_errors=True
-        ) as root:
+        with (
+            interrupts_raise(),
+            tempfile.TemporaryDirectory(
+                prefix="somatize-demo-", ignore_cleanup_errors=True
+            ) as root,
+        ):
             # Values over 1 KiB go through the shared store (linked in when written), so
             # the demo shows real transfers; smaller ones travel inline.
-            cluster = LocalCluster(Path(root), worker_specs(len(DEMO_TAGS), DEMO_TAGS, "demo"),
-                                   inline_max_bytes=1024)
+            cluster = LocalCluster(
+                Path(root), worker_specs(len(DEMO_TAGS), DEMO_TAGS, "demo"), inline_max_bytes=1024
+            )
             atexit.register(cluster.stop)  # a backstop; the finally below is the rule
             try:
                 _start(cluster)
@@ -90,12 +116,15 @@ def demo(pause_s: float, timeline_path: Path | None) -> None:
         reason = str(exc) or "Ctrl-C"
         console.print(f"[yellow]interrupted ({reason})[/yellow]: the demo stopped early")
         raise SystemExit(EXIT_INTERRUPTED) from None
-    console.print(f"\ndemo finished in {time.monotonic() - started:.1f} s. Next: "
-                  "[bold]somatize-tasks cluster up[/bold] keeps such a cluster running.")
+    console.print(
+        f"\ndemo finished in {time.monotonic() - started:.1f} s. Next: "
+        "[bold]somatize-tasks cluster up[/bold] keeps such a cluster running."
+    )
 
 
 def _start(cluster: LocalCluster) -> None:
     with console.status("starting Redis and 3 workers (gpu, cpu, cpu)") as status:
+
         def step(message: str) -> None:
             console.print(f"[green]✓[/green] {message}")
             status.update(f"waiting for the workers' heartbeats ({message})")
@@ -105,8 +134,12 @@ def _start(cluster: LocalCluster) -> None:
 
 def _run(cluster: LocalCluster, pause_s: float, timeline_path: Path | None) -> None:
     settings = cluster.settings()
-    run = submit_plan(example_file("pipeline.plan.json"), params=demo_params(pause_s),
-                      settings=settings, require_workers=True)
+    run = submit_plan(
+        example_file("pipeline.plan.json"),
+        params=demo_params(pause_s),
+        settings=settings,
+        require_workers=True,
+    )
     console.print(f"\nsubmitted run [bold]{run.id}[/bold]; the scheduler placed it like this:")
     print_report(run.distribution, [seen.info for seen in Registry.from_settings(settings).live()])
     follow(run)
@@ -141,9 +174,11 @@ def _story(status: RunStatus, output: Any) -> str:
         first = max(scores.values()) if scores else None
         start = f"{first:.3f}" if first is not None else "?"
         threshold = example_file("pipeline.params.json")["good_enough"]["threshold"]
-        return (f"{where}the Branch good_enough said 'no' (best accuracy {start} < {threshold}), "
-                f"so the tune Loop ran {output['budget']} pass(es) until check said done: accuracy "
-                f"{output.get('accuracy')}.")
+        return (
+            f"{where}the Branch good_enough said 'no' (best accuracy {start} < {threshold}), "
+            f"so the tune Loop ran {output['budget']} pass(es) until check said done: accuracy "
+            f"{output.get('accuracy')}."
+        )
     return where.rstrip("; ")
 
 
@@ -158,6 +193,12 @@ def transfers_table(transfers: list[dict[str, Any]]) -> Table:
         table.add_column(column)
     for t in transfers:
         kind = str(t.get("transfer_type"))
-        table.add_row(str(t.get("from_node")), str(t.get("to_node")), str(t.get("from_worker")),
-                      str(t.get("to_worker")), HOW.get(kind, kind), str(t.get("bytes", "")))
+        table.add_row(
+            str(t.get("from_node")),
+            str(t.get("to_node")),
+            str(t.get("from_worker")),
+            str(t.get("to_worker")),
+            HOW.get(kind, kind),
+            str(t.get("bytes", "")),
+        )
     return table

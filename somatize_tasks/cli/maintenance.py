@@ -46,9 +46,12 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
     settings = Settings.from_env()
     context = run_context(create_app(settings), settings, "gc")
     collector = RunCollector(
-        context.redis, context.keys, lambda: context.store.shared, settings.run_ttl_s,
+        context.redis,
+        context.keys,
+        lambda: context.store.shared,
+        settings.run_ttl_s,
         uploads_older_than_s,
-    )  # fmt: skip
+    )
     runs = collector.collect()
     dirs = 0
     partial = sweep_temp_files(settings.store_dir) if settings.store_kind == "local" else 0
@@ -60,9 +63,14 @@ def gc(worker_ids: tuple[str, ...], no_caches: bool, uploads_older_than_s: float
         ram = context.store.ram
         if ram is not None:
             dirs += CacheSweeper(
-                context.redis, context.keys, None, settings.run_ttl_s, settings.gc_interval_s,
-                ram_roots=[ram.root], spares=ram.spares,
-            ).sweep()  # fmt: skip
+                context.redis,
+                context.keys,
+                None,
+                settings.run_ttl_s,
+                settings.gc_interval_s,
+                ram_roots=[ram.root],
+                spares=ram.spares,
+            ).sweep()
     click.echo(
         f"collected {len(runs)} expired run(s) from {context.store.shared.describe()} "
         f"and the runs index; deleted {dirs} expired run dir(s) from local caches, "

@@ -51,9 +51,12 @@ def mode_options(command: F) -> F:
     )
     @functools.wraps(command)
     def wrapper(
-        *args: Any, mode: str | None, labels_file: str | None, states_from: str | None,
+        *args: Any,
+        mode: str | None,
+        labels_file: str | None,
+        states_from: str | None,
         **kwargs: Any,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         options: dict[str, Any] = {"mode": mode, "states_from": states_from}
         if labels_file is not None:
             options["y"] = read_labels(labels_file)
@@ -89,9 +92,13 @@ def states_group() -> None:
 @states_group.command("export")
 @click.argument("run_id")
 @click.option(
-    "-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-    default=None, help="Where to write the states file (default: RUN_ID.states.json).",
-)  # fmt: skip
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the states file (default: RUN_ID.states.json).",
+)
 @friendly_errors
 def export_states(run_id: str, output: Path | None) -> None:
     """Write the states fit run RUN_ID learned to a states file (JSON, no pickle)."""
@@ -100,5 +107,4 @@ def export_states(run_id: str, output: Path | None) -> None:
         raise click.ClickException(f"run {run_id} kept no states (was it run with --mode fit?)")
     target = output or Path(f"{run_id}.states.json")
     write_bundle(target, states, run_id)
-    click.echo(f"wrote the states of {len(states)} nodes ({', '.join(sorted(states))}) "
-               f"to {target}")  # fmt: skip
+    click.echo(f"wrote the states of {len(states)} nodes ({', '.join(sorted(states))}) to {target}")

@@ -26,9 +26,14 @@ SUFFIXES = (".html", ".htm", ".svg")
 
 @main.command("timeline")
 @click.argument("run_id")
-@click.option("-o", "--output", "output", required=True,
-              type=click.Path(dir_okay=False, writable=True, path_type=Path),
-              help="Where to write it: run.html (page with tables) or run.svg (the chart alone).")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Where to write it: run.html (page with tables) or run.svg (the chart alone).",
+)
 @friendly_errors
 def timeline(run_id: str, output: Path) -> None:
     """Draw run RUN_ID as a timeline: a row per worker, a bar per node, arrows for transfers."""
@@ -40,8 +45,10 @@ def timeline(run_id: str, output: Path) -> None:
         write_timeline(status, output, record.history)
     except OSError as exc:
         raise click.ClickException(f"cannot write '{output}': {exc.strerror}") from None
-    click.echo(f"wrote {output} ({status.state}, {len(status.nodes)} nodes, "
-               f"{len(status.transfers)} transfers)")
+    click.echo(
+        f"wrote {output} ({status.state}, {len(status.nodes)} nodes, "
+        f"{len(status.transfers)} transfers)"
+    )
 
 
 people = Console(stderr=True, highlight=False)
@@ -49,10 +56,19 @@ people = Console(stderr=True, highlight=False)
 
 @main.command("dashboard")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--address", default="127.0.0.1", show_default=True,
-              help="Where to listen; anything but loopback needs --basic-auth.")
-@click.option("--basic-auth", "basic_auth", envvar="SOMATIZE_DASHBOARD_AUTH",
-              metavar="USER:PASSWORD", help="Require these credentials (like Flower's).")
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Where to listen; anything but loopback needs --basic-auth.",
+)
+@click.option(
+    "--basic-auth",
+    "basic_auth",
+    envvar="SOMATIZE_DASHBOARD_AUTH",
+    metavar="USER:PASSWORD",
+    help="Require these credentials (like Flower's).",
+)
 @friendly_errors
 def dashboard(port: int, address: str, basic_auth: str | None) -> None:
     """Serve a live page of workers, runs and run timelines (Ctrl-C stops it)."""
@@ -67,8 +83,10 @@ def dashboard(port: int, address: str, basic_auth: str | None) -> None:
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {address}:{port}: {exc.strerror}") from None
     host = f"[{address}]" if ":" in address else address
-    people.print(f"dashboard on http://{host}:{port}/ (Redis {redacted_url(settings.redis_url)},"
-                 f" key prefix {settings.key_prefix}); Ctrl-C stops it")
+    people.print(
+        f"dashboard on http://{host}:{port}/ (Redis {redacted_url(settings.redis_url)},"
+        f" key prefix {settings.key_prefix}); Ctrl-C stops it"
+    )
     try:
         IOLoop.current().start()
     except KeyboardInterrupt:
@@ -77,17 +95,22 @@ def dashboard(port: int, address: str, basic_auth: str | None) -> None:
 
 @main.command("export")
 @click.argument("run_id")
-@click.option("--soma", "root", required=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Soma tracking root (e.g. .soma): the run goes to DIR/runs/RUN_ID/.")
+@click.option(
+    "--soma",
+    "root",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Soma tracking root (e.g. .soma): the run goes to DIR/runs/RUN_ID/.",
+)
 @friendly_errors
 def export(run_id: str, root: Path) -> None:
     """Write run RUN_ID as a Soma run directory (events.jsonl, manifest.json, status.json)."""
     key_part("run id", run_id)
     record = read_run(Settings.from_env(), run_id)
     try:
-        run_dir = write_run_dir(root, record.status, record.history, record.plan,
-                                record.params, time.time())  # fmt: skip
+        run_dir = write_run_dir(
+            root, record.status, record.history, record.plan, record.params, time.time()
+        )
     except OSError as exc:
         raise click.ClickException(f"cannot write under '{root}': {exc.strerror}") from None
     click.echo(f"wrote {run_dir} ({record.status.state}, {len(record.status.nodes)} nodes)")

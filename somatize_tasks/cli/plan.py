@@ -140,9 +140,7 @@ def _schedule_input(document: Any, workers: Any, file: Path | None) -> ScheduleI
         raise click.ClickException(f"{source}: differentiable_nodes must be a list of node ids")
     # parsed JSON: a str here is a variant name ("Empty"), never JSON text
     loaded = load_plan_document(document)
-    return ScheduleInput(
-        loaded.plan, load_workers(workers), differentiable, loaded.predecessors
-    )
+    return ScheduleInput(loaded.plan, load_workers(workers), differentiable, loaded.predecessors)
 
 
 # --- the readable report ---------------------------------------------------------------------
@@ -185,24 +183,30 @@ def print_report(
         for column in ("phase", "node", "reason"):
             table.add_column(column)
         for row in rows:
-            table.add_row(f"{phase_of[row.node_id]} {row.phase.describe()}", row.node_id,
-                          row.reason)  # fmt: skip
+            table.add_row(
+                f"{phase_of[row.node_id]} {row.phase.describe()}", row.node_id, row.reason
+            )
         console.print(table)
     if result.phases:
         phases = Table(title="Phases, in execution order", title_justify="left")
         for column in ("#", "type", "nodes", "workers"):
             phases.add_column(column)
         for phase in result.phases:
-            phases.add_row(str(phase.phase_index), phase.phase_type.describe(),
-                           ", ".join(phase.node_ids), ", ".join(phase.worker_ids))  # fmt: skip
+            phases.add_row(
+                str(phase.phase_index),
+                phase.phase_type.describe(),
+                ", ".join(phase.node_ids),
+                ", ".join(phase.worker_ids),
+            )
         console.print(phases)
     if result.data_transfers:
         moves = Table(title="Data transfers", title_justify="left")
         for column in ("from", "to", "via"):
             moves.add_column(column)
         for t in result.data_transfers:
-            moves.add_row(f"{t.from_node} @ {t.from_worker}", f"{t.to_node} @ {t.to_worker}",
-                          via(t))  # fmt: skip
+            moves.add_row(
+                f"{t.from_node} @ {t.from_worker}", f"{t.to_node} @ {t.to_worker}", via(t)
+            )
         console.print(moves)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

@@ -187,9 +187,13 @@ def submit(
         warnings.simplefilter("always")
         try:
             run = submit_plan(
-                plan, **inputs, **run_options, require_workers=require_workers,
-                settings=settings, deadline_s=deadline_s,
-            )  # fmt: skip
+                plan,
+                **inputs,
+                **run_options,
+                require_workers=require_workers,
+                settings=settings,
+                deadline_s=deadline_s,
+            )
         except NoWorkersError as exc:
             raise click.ClickException(
                 f"{exc.reason}; refusing to run here (--require-workers). Start a worker "
@@ -198,8 +202,7 @@ def submit(
             ) from None
         except PlacementError as exc:
             raise click.ClickException(
-                f"{exc.problem}. Start a worker that satisfies the target, or free capacity "
-                "on one."
+                f"{exc.problem}. Start a worker that satisfies the target, or free capacity on one."
             ) from None
     for warning in caught:  # for people: one line each, not Python's warning format
         people.print(f"[yellow]warning:[/yellow] {warning.message}")

@@ -88,8 +88,12 @@ def workers_table(workers: list[SeenWorker]) -> Table:
     for worker in workers:
         info = worker.info
         table.add_row(
-            info.id, info.name, ",".join(info.tags) or "-", "yes" if info.gpu else "no",
-            str(info.cpu_cores), f"{info.active_jobs}/{info.max_concurrent}",
+            info.id,
+            info.name,
+            ",".join(info.tags) or "-",
+            "yes" if info.gpu else "no",
+            str(info.cpu_cores),
+            f"{info.active_jobs}/{info.max_concurrent}",
             f"{worker.age_s:.1f} s ago",
         )
     return table

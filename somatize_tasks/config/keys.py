@@ -126,8 +126,18 @@ class RedisKeys:
 
 
 #: A run's keys besides its meta hash (the table above lists what each holds).
-RUN_PARTS = ("results", "nodes", "done", "transfers", "finished", "states", "latest",
-             "outbox", "history", "lease")  # fmt: skip
+RUN_PARTS = (
+    "results",
+    "nodes",
+    "done",
+    "transfers",
+    "finished",
+    "states",
+    "latest",
+    "outbox",
+    "history",
+    "lease",
+)
 
 
 #: Every task that runs a plan node is named under this prefix; heartbeats

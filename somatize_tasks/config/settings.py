@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="SOMATIZE_", extra="forbid", validate_default=True,
+        env_prefix="SOMATIZE_",
+        extra="forbid",
+        validate_default=True,
         hide_input_in_errors=True,  # an error must never print a secret it was given
     )
 
@@ -183,8 +185,12 @@ class Settings(BaseSettings):
         except ValueError:
             port_ok = False
         db = parts.path.strip("/")
-        if (parts.scheme not in _REDIS_SCHEMES or "://" not in value or not port_ok
-                or (parts.scheme != "unix" and db and not db.isdigit())):
+        if (
+            parts.scheme not in _REDIS_SCHEMES
+            or "://" not in value
+            or not port_ok
+            or (parts.scheme != "unix" and db and not db.isdigit())
+        ):
             raise ValueError(
                 f"{_shown(value)!r} is not a Redis URL; write it as redis://HOST:PORT/DB "
                 "(for example redis://localhost:6379/0; rediss:// for TLS, unix:// for a socket)"

@@ -41,8 +41,9 @@ def _accuracy(predicted: np.ndarray, truth: np.ndarray) -> float:
 
 
 @node
-def load(_: Any = None, n: int = 200, seed: int = 0, spread: float = 1.0,
-         pause_s: float = 0.0) -> Dataset:
+def load(
+    _: Any = None, n: int = 200, seed: int = 0, spread: float = 1.0, pause_s: float = 0.0
+) -> Dataset:
     """Two Gaussian blobs in 2-D, labelled 0 and 1."""
     _pause(pause_s)
     rng = np.random.default_rng(seed)
@@ -63,8 +64,9 @@ def normalize(data: Dataset, pause_s: float = 0.0) -> Dataset:
 
 
 @node
-def train_svm(data: Dataset, epochs: int = 20, lr: float = 0.1,
-              pause_s: float = 0.0) -> dict[str, Any]:
+def train_svm(
+    data: Dataset, epochs: int = 20, lr: float = 0.1, pause_s: float = 0.0
+) -> dict[str, Any]:
     """A linear classifier trained by hinge-loss gradient descent."""
     _pause(pause_s)
     x, y = _arrays(data)

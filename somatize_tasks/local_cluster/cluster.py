@@ -126,8 +126,9 @@ class StartedProcess:
     def stop(self, grace_s: float, *, signalled: bool = False) -> None:
         """Stop the group (SIGTERM unless ``signalled`` already), SIGKILL after ``grace_s``."""
         reap = self.popen.poll if self.popen is not None else None
-        stop_group(self.ref, grace_s=grace_s, reap=reap,
-                   first_signal=None if signalled else signal.SIGTERM)
+        stop_group(
+            self.ref, grace_s=grace_s, reap=reap, first_signal=None if signalled else signal.SIGTERM
+        )
 
 
 class ArgumentSettings(Settings):
@@ -135,8 +136,11 @@ class ArgumentSettings(Settings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        *_others: PydanticBaseSettingsSource, **_named: PydanticBaseSettingsSource,
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        *_others: PydanticBaseSettingsSource,
+        **_named: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 
@@ -247,23 +251,46 @@ class LocalCluster:
         assert self.redis_binary is not None
         log_path = self.root / "logs" / "redis.log"
         popen, self.port = start_redis(
-            self.redis_binary, self.root / "redis", log_path,
-            env=clean_environment({}), tie_to_parent=self.tie_to_parent,
-        )  # fmt: skip
+            self.redis_binary,
+            self.root / "redis",
+            log_path,
+            env=clean_environment({}),
+            tie_to_parent=self.tie_to_parent,
+        )
         self.processes.append(StartedProcess("redis", ProcessRef.of(popen.pid), log_path, popen))
 
     def worker_argv(self, spec: WorkerSpec) -> list[str]:
-        argv = [sys.executable, "-m", "somatize_tasks", "worker", "--worker-id", spec.worker_id,
-                "--gpu" if spec.gpu else "--no-gpu", "--nodes", ",".join(self.nodes)]
+        argv = [
+            sys.executable,
+            "-m",
+            "somatize_tasks",
+            "worker",
+            "--worker-id",
+            spec.worker_id,
+            "--gpu" if spec.gpu else "--no-gpu",
+            "--nodes",
+            ",".join(self.nodes),
+        ]
         if spec.tags:
             argv += ["--tags", ",".join(spec.tags)]
-        return [*argv, "--concurrency", str(self.concurrency), "--loglevel", self.loglevel,
-                "--without-mingle", "--without-gossip"]
+        return [
+            *argv,
+            "--concurrency",
+            str(self.concurrency),
+            "--loglevel",
+            self.loglevel,
+            "--without-mingle",
+            "--without-gossip",
+        ]
 
     def _start_worker(self, spec: WorkerSpec) -> None:
         log_path = self.root / "logs" / f"{spec.worker_id}.log"
-        popen = spawn(self.worker_argv(spec), env=clean_environment(self.env()),
-                      log_path=log_path, tie_to_parent=self.tie_to_parent)
+        popen = spawn(
+            self.worker_argv(spec),
+            env=clean_environment(self.env()),
+            log_path=log_path,
+            tie_to_parent=self.tie_to_parent,
+        )
         self.processes.append(
             StartedProcess(f"worker:{spec.worker_id}", ProcessRef.of(popen.pid), log_path, popen)
         )
@@ -271,8 +298,11 @@ class LocalCluster:
     def workers(self) -> list[StartedProcess]:
         return [p for p in self.processes if p.role.startswith("worker:")]
 
-    def wait_for_workers(self, on_step: Callable[[str], None] = lambda _: None,
-                         timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
+    def wait_for_workers(
+        self,
+        on_step: Callable[[str], None] = lambda _: None,
+        timeout_s: float = WORKER_START_TIMEOUT_S,
+    ) -> None:
         """Until every worker heartbeats and says it is ready; a worker that exits fails it."""
         registry = Registry.from_settings(self.settings())
         pending = {p.role.removeprefix("worker:"): p for p in self.workers()}
@@ -342,12 +372,16 @@ def save_state(cluster: LocalCluster) -> Path:
         "env": cluster.env(),
         "workers": [{"id": s.worker_id, "tags": list(s.tags)} for s in cluster.specs],
         "processes": [
-            {"role": p.role, "pid": p.ref.pid, "start_ticks": p.ref.start_ticks,
-             "log": str(p.log_path)}
+            {
+                "role": p.role,
+                "pid": p.ref.pid,
+                "start_ticks": p.ref.start_ticks,
+                "log": str(p.log_path),
+            }
             for p in cluster.processes
         ],
         "started_at": time.time(),
-    }  # fmt: skip
+    }
     path = cluster.root / STATE_FILE
     tmp = path.with_suffix(".tmp")
     tmp.touch(mode=0o600)  # it holds the message key
@@ -376,10 +410,11 @@ class SavedCluster:
         except (OSError, ValueError) as exc:
             raise ClusterError(f"cannot read {root / STATE_FILE}: {exc}") from None
         processes = [
-            StartedProcess(p["role"], ProcessRef(int(p["pid"]), p.get("start_ticks")),
-                           Path(p["log"]))
+            StartedProcess(
+                p["role"], ProcessRef(int(p["pid"]), p.get("start_ticks")), Path(p["log"])
+            )
             for p in state.get("processes", [])
-        ]  # fmt: skip
+        ]
         return cls(root, dict(state.get("env", {})), list(state.get("workers", [])), processes)
 
     def alive(self) -> list[StartedProcess]:

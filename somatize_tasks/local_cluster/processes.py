@@ -105,11 +105,16 @@ def spawn(
     tie = tie_to_parent and sys.platform.startswith("linux")
     with log_path.open("ab") as log, interrupts_held():
         return subprocess.Popen(
-            list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             # Only a prctl() call runs between fork and exec; no lock is taken.
             preexec_fn=_die_with_parent if tie else None,  # noqa: PLW1509
-        )  # fmt: skip
+        )
 
 
 def stop_group(

@@ -55,10 +55,24 @@ def free_port() -> int:
 def redis_argv(binary: Path, port: int, data_dir: Path) -> list[str]:
     """A private, memory-only server: localhost, no snapshots, no append-only file."""
     return [
-        str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no", "--dir", str(data_dir), "--daemonize", "no",
-        "--protected-mode", "yes", "--loglevel", "warning",
-    ]  # fmt: skip
+        str(binary),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
+        "--loglevel",
+        "warning",
+    ]
 
 
 def answers(url: str) -> bool:
@@ -69,14 +83,22 @@ def answers(url: str) -> bool:
 
 
 def start_redis(
-    binary: RedisBinary, data_dir: Path, log_path: Path, *, env: Mapping[str, str],
+    binary: RedisBinary,
+    data_dir: Path,
+    log_path: Path,
+    *,
+    env: Mapping[str, str],
     tie_to_parent: bool,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start the server and wait until it answers PING; (process, port)."""
     for _ in range(_PORT_ATTEMPTS):  # another process may grab the free port first
         port = free_port()
-        proc = spawn(redis_argv(binary.path, port, data_dir), env=env, log_path=log_path,
-                     tie_to_parent=tie_to_parent)
+        proc = spawn(
+            redis_argv(binary.path, port, data_dir),
+            env=env,
+            log_path=log_path,
+            tie_to_parent=tie_to_parent,
+        )
         if _wait_for(proc, f"redis://127.0.0.1:{port}/0") and proc.poll() is None:
             return proc, port
         proc.kill()

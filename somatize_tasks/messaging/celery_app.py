@@ -46,8 +46,9 @@ class HonestConnection(Connection):
     reads as if one were set; Celery's banner and "Connected to" log use it.
     """
 
-    def as_uri(self, include_password: bool = False, mask: str = "**",
-               getfields: Any = None) -> str:  # fmt: skip
+    def as_uri(
+        self, include_password: bool = False, mask: str = "**", getfields: Any = None
+    ) -> str:
         if getfields is None:
             uri = str(super().as_uri(include_password, mask))
         else:
@@ -170,8 +171,12 @@ def publish_retry_policy(retry_s: float) -> dict[str, float]:
     while waited < retry_s:
         pauses += 1
         waited += min(0.5 * pauses, 5.0)
-    return {"max_retries": max(pauses, 3), "interval_start": 0.5, "interval_step": 0.5,
-            "interval_max": 5.0}  # fmt: skip
+    return {
+        "max_retries": max(pauses, 3),
+        "interval_start": 0.5,
+        "interval_step": 0.5,
+        "interval_max": 5.0,
+    }
 
 
 def create_app(settings: Settings | None = None) -> SomatizeCelery:

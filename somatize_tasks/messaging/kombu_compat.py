@@ -83,8 +83,11 @@ def _defer(qos: Any) -> None:
     tags = [str(tag) for tag in qos._delivered]
     if len(_deferred) + len(tags) <= DEFERRED_MAX:
         _deferred.update(tags)
-    log.warning("broker connection already gone; %d received message(s) go back on their "
-                "queues when it returns", len(tags))  # fmt: skip
+    log.warning(
+        "broker connection already gone; %d received message(s) go back on their "
+        "queues when it returns",
+        len(tags),
+    )
 
 
 def restore_deferred(channel: Any, running: set[str]) -> int:
@@ -108,8 +111,11 @@ class RestoreAfterReconnect(bootsteps.StartStopStep):
         running = {str(r.message.delivery_tag) for r in tuple(active_requests)}
         restored = restore_deferred(c.task_consumer.channel, running)
         if restored:
-            log.warning("put back %d message(s) received before the broker connection "
-                        "dropped and never started", restored)  # fmt: skip
+            log.warning(
+                "put back %d message(s) received before the broker connection "
+                "dropped and never started",
+                restored,
+            )
 
 
 def _ack(self: Any, delivery_tag: Any) -> None:
@@ -117,8 +123,9 @@ def _ack(self: Any, delivery_tag: Any) -> None:
         log.warning(
             "message %s was received before the broker connection dropped; it cannot be "
             "acknowledged now and will be redelivered after the visibility timeout "
-            "(a finished node's copy is then dropped)", delivery_tag,
-        )  # fmt: skip
+            "(a finished node's copy is then dropped)",
+            delivery_tag,
+        )
         return
     _original_ack(self, delivery_tag)
 

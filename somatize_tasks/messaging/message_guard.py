@@ -42,9 +42,12 @@ def _body_problem(message: Any) -> tuple[Any, str | None]:
     except Exception as exc:  # kombu wraps decoder errors in many types
         return None, f"undecodable body ({type(exc).__name__}: {exc})"
     shape_ok = (
-        isinstance(body, list | tuple) and len(body) == 3 and isinstance(body[0], list | tuple)
-        and isinstance(body[1], dict) and isinstance(body[2], dict | None)
-    )  # fmt: skip
+        isinstance(body, list | tuple)
+        and len(body) == 3
+        and isinstance(body[0], list | tuple)
+        and isinstance(body[1], dict)
+        and isinstance(body[2], dict | None)
+    )
     return body, None if shape_ok else "body is not [args, kwargs, embed]"
 
 

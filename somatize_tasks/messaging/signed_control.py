@@ -52,30 +52,47 @@ class SignedMailbox(Mailbox):
     signing_key: bytes | None = None
     verification_keys: list[bytes] = []  # set per instance by SignedControl
 
-    def _publish(self, type: str, arguments: dict[str, Any], destination: Any = None,
-                 reply_ticket: str | None = None, channel: Any = None,
-                 timeout: float | None = None, serializer: str | None = None,
-                 producer: Any = None, pattern: str | None = None,
-                 matcher: str | None = None) -> None:  # fmt: skip
+    def _publish(
+        self,
+        type: str,
+        arguments: dict[str, Any],
+        destination: Any = None,
+        reply_ticket: str | None = None,
+        channel: Any = None,
+        timeout: float | None = None,
+        serializer: str | None = None,
+        producer: Any = None,
+        pattern: str | None = None,
+        matcher: str | None = None,
+    ) -> None:
         """kombu 5.7's ``Mailbox._publish``, with the signature added to its headers."""
         box: Any = self  # kombu's stubs leave out what a bound mailbox always has
         message: dict[str, Any] = {
-            "method": type, "arguments": arguments, "destination": destination,
-            "pattern": pattern, "matcher": matcher,
-        }  # fmt: skip
+            "method": type,
+            "arguments": arguments,
+            "destination": destination,
+            "pattern": pattern,
+            "matcher": matcher,
+        }
         chan = channel or box.connection.default_channel
         if reply_ticket:
             maybe_declare(box.reply_queue(chan))
-            message.update(ticket=reply_ticket,
-                           reply_to={"exchange": box.reply_exchange.name,
-                                     "routing_key": box.oid})  # fmt: skip
+            message.update(
+                ticket=reply_ticket,
+                reply_to={"exchange": box.reply_exchange.name, "routing_key": box.oid},
+            )
         headers = {"clock": box.clock.forward(), "expires": time() + timeout if timeout else 0}
         if self.signing_key is not None:
             headers[HEADER] = sign(self.signing_key, CONTROL, "", message)
         with box.producer_or_acquire(producer, chan) as prod:
-            prod.publish(message, exchange=box.exchange.name, declare=[box.exchange],
-                         headers=headers, serializer=serializer or box.serializer,
-                         retry=True)  # fmt: skip
+            prod.publish(
+                message,
+                exchange=box.exchange.name,
+                declare=[box.exchange],
+                headers=headers,
+                serializer=serializer or box.serializer,
+                retry=True,
+            )
 
 
 class SignedControl(Control):

@@ -109,17 +109,19 @@ def refusing_workers(settings: Settings, accepted: dict[str, list[str] | None]) 
     key = signing_key(settings)
     mine = UNSIGNED if key is None else key_id(key)
     refusing = sorted(
-        worker for worker, ids in accepted.items()
+        worker
+        for worker, ids in accepted.items()
         if ids is not None and UNSIGNED not in ids and mine not in ids
-    )  # fmt: skip
+    )
     if not refusing:
         return None
     wanted = sorted({i for w in refusing for i in accepted[w] or []})
     shown = listing(refusing, most=5)
     have = (
-        "this producer has no SOMATIZE_MESSAGE_KEY" if key is None
+        "this producer has no SOMATIZE_MESSAGE_KEY"
+        if key is None
         else f"this producer signs with key id {mine}"
-    )  # fmt: skip
+    )
     return (
         f"worker(s) {shown} would refuse this run's messages: they accept only messages "
         f"signed with key id {listing(wanted, sep=' or ')}, and {have}. Set SOMATIZE_MESSAGE_KEY "

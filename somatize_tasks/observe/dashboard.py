@@ -45,8 +45,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 class Base(RequestHandler):
     """Basic auth (when configured) and JSON replies, for every handler."""
 
-    def initialize(self, settings: Settings, client: Redis[bytes],
-                   credentials: tuple[str, str] | None) -> None:  # fmt: skip
+    def initialize(
+        self, settings: Settings, client: Redis[bytes], credentials: tuple[str, str] | None
+    ) -> None:
         self.somatize = settings
         self.client = client
         self.credentials = credentials
@@ -79,8 +80,7 @@ class PageHandler(Base):
 class WorkersHandler(Base):
     def get(self) -> None:
         live = Registry.from_settings(self.somatize).live()
-        self.reply([{**w.info.model_dump(mode="json"), "age_s": round(w.age_s, 1)}
-                    for w in live])  # fmt: skip
+        self.reply([{**w.info.model_dump(mode="json"), "age_s": round(w.age_s, 1)} for w in live])
 
 
 class RunsHandler(Base):
@@ -91,12 +91,19 @@ class RunsHandler(Base):
 class RunHandler(Base):
     def get(self, run_id: str) -> None:
         status = _record(self, run_id).status
-        self.reply({
-            "run_id": status.run_id, "state": status.state, "error": status.error,
-            "done": status.done, "total": len(status.nodes),
-            "nodes": {n: {"state": s.state, "worker": s.worker, "error": s.error}
-                      for n, s in status.nodes.items()},
-        })  # fmt: skip
+        self.reply(
+            {
+                "run_id": status.run_id,
+                "state": status.state,
+                "error": status.error,
+                "done": status.done,
+                "total": len(status.nodes),
+                "nodes": {
+                    n: {"state": s.state, "worker": s.worker, "error": s.error}
+                    for n, s in status.nodes.items()
+                },
+            }
+        )
 
 
 class TimelineHandler(Base):
@@ -122,33 +129,39 @@ def list_runs(
     run_ids = [r.decode() for r in client.zrevrange(keys.runs, 0, limit - 1)]
     pipe = client.pipeline(transaction=False)
     for run_id in run_ids:
-        pipe.hmget(keys.run(run_id), ["status", "node_count", "created_at", "finished_at",
-                                      "error"])  # fmt: skip
+        pipe.hmget(keys.run(run_id), ["status", "node_count", "created_at", "finished_at", "error"])
         pipe.scard(keys.run(run_id, "done"))
     answers = pipe.execute()
     runs = []
     for index, run_id in enumerate(run_ids):
-        (state, total, created, finished, error), done = answers[2 * index: 2 * index + 2]
+        (state, total, created, finished, error), done = answers[2 * index : 2 * index + 2]
         if state is None:
             continue  # expired: its id lingers in the index a while
-        runs.append({
-            "run_id": run_id, "state": state.decode(), "done": int(done),
-            "total": int(total or 0), "created_at": float(created or 0),
-            "finished_at": float(finished) if finished else None,
-            "error": json.loads(error) if error else None,
-        })  # fmt: skip
+        runs.append(
+            {
+                "run_id": run_id,
+                "state": state.decode(),
+                "done": int(done),
+                "total": int(total or 0),
+                "created_at": float(created or 0),
+                "finished_at": float(finished) if finished else None,
+                "error": json.loads(error) if error else None,
+            }
+        )
     return runs
 
 
 def make_app(settings: Settings, credentials: tuple[str, str] | None) -> Application:
     args = {"settings": settings, "client": redis_client(settings), "credentials": credentials}
-    return Application([
-        (r"/", PageHandler, args),
-        (r"/api/workers", WorkersHandler, args),
-        (r"/api/runs", RunsHandler, args),
-        (r"/api/runs/([^/]+)", RunHandler, args),
-        (r"/api/runs/([^/]+)/timeline\.svg", TimelineHandler, args),
-    ])  # fmt: skip
+    return Application(
+        [
+            (r"/", PageHandler, args),
+            (r"/api/workers", WorkersHandler, args),
+            (r"/api/runs", RunsHandler, args),
+            (r"/api/runs/([^/]+)", RunHandler, args),
+            (r"/api/runs/([^/]+)/timeline\.svg", TimelineHandler, args),
+        ]
+    )
 
 
 def parse_credentials(value: str | None, address: str) -> tuple[str, str] | None:

@@ -37,9 +37,15 @@ def read_run(settings: Settings, run_id: str, client: Redis[bytes] | None = None
     keys = RedisKeys(settings.key_prefix)
 
     def more() -> tuple[list[dict[str, Any]], list[bytes | None]]:
-        return (read_events(client, keys, run_id),
-                client.hmget(keys.run(run_id), ["plan", "params"]))  # fmt: skip
+        return (
+            read_events(client, keys, run_id),
+            client.hmget(keys.run(run_id), ["plan", "params"]),
+        )
 
     history, (plan, params) = reaching_redis(settings, more)
-    return RunRecord(status, history, json.loads(unpack(plan)) if plan else None,
-                     json.loads(unpack(params)) if params else None)  # fmt: skip
+    return RunRecord(
+        status,
+        history,
+        json.loads(unpack(plan)) if plan else None,
+        json.loads(unpack(params)) if params else None,
+    )

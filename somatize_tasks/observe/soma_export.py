@@ -34,8 +34,7 @@ from somatize_tasks.runtime.producer.handle import RunStatus
 from somatize_tasks.runtime.state.history import LOST, Attempt, attempts
 
 SCHEMA_VERSION = 1
-SOMA_STATES = {"running": "running", "done": "completed", "failed": "failed",
-               "cancelled": "failed"}  # fmt: skip
+SOMA_STATES = {"running": "running", "done": "completed", "failed": "failed", "cancelled": "failed"}
 
 
 def rfc3339(t: float) -> str:
@@ -60,10 +59,18 @@ def _parallel_branches(plan: Any) -> int:
 def _fallback_attempts(status: RunStatus) -> list[Attempt]:
     """A run without history: each node's latest record is its one attempt."""
     return [
-        Attempt(node_id, node.worker or "?", 0, node.started_at, node.ended_at,
-                node.state if node.state in ("done", "failed") else "running", node.error)
-        for node_id, node in status.nodes.items() if node.started_at is not None
-    ]  # fmt: skip
+        Attempt(
+            node_id,
+            node.worker or "?",
+            0,
+            node.started_at,
+            node.ended_at,
+            node.state if node.state in ("done", "failed") else "running",
+            node.error,
+        )
+        for node_id, node in status.nodes.items()
+        if node.started_at is not None
+    ]
 
 
 def events(
@@ -72,37 +79,64 @@ def events(
     """The run as Soma events, each with its time, in time order."""
     run_id = status.run_id
     created = status.created_at or 0.0
-    out: list[tuple[float, dict[str, Any]]] = [(created, {
-        "event_type": "RunStarted", "run_id": run_id,
-        "plan_summary": {"total_nodes": len(status.nodes), "cached_nodes": 0,
-                         "parallel_branches": _parallel_branches(plan)},
-    })]  # fmt: skip
+    out: list[tuple[float, dict[str, Any]]] = [
+        (
+            created,
+            {
+                "event_type": "RunStarted",
+                "run_id": run_id,
+                "plan_summary": {
+                    "total_nodes": len(status.nodes),
+                    "cached_nodes": 0,
+                    "parallel_branches": _parallel_branches(plan),
+                },
+            },
+        )
+    ]
     tries = attempts(history) if history else _fallback_attempts(status)
     for attempt in tries:
         node = {"run_id": run_id, "node_id": attempt.node_id}
-        out.append((attempt.start, {"event_type": "NodeStarted", **node, "kind": "Opaque",
-                                    "effectful": False}))  # fmt: skip
+        out.append(
+            (
+                attempt.start,
+                {"event_type": "NodeStarted", **node, "kind": "Opaque", "effectful": False},
+            )
+        )
         if attempt.end is None:
             continue
-        where = f"on worker {attempt.worker}" + (f", loop pass {attempt.epoch}"
-                                                  if attempt.epoch else "")  # fmt: skip
+        where = f"on worker {attempt.worker}" + (
+            f", loop pass {attempt.epoch}" if attempt.epoch else ""
+        )
         if attempt.state == "done":
-            out.append((attempt.end, {"event_type": "NodeCompleted", **node,
-                                      "duration": _ms(attempt.end - attempt.start),
-                                      "output_summary": f"done {where}"}))  # fmt: skip
+            out.append(
+                (
+                    attempt.end,
+                    {
+                        "event_type": "NodeCompleted",
+                        **node,
+                        "duration": _ms(attempt.end - attempt.start),
+                        "output_summary": f"done {where}",
+                    },
+                )
+            )
         else:
-            error = (f"worker {attempt.worker} died; the node ran again elsewhere"
-                     if attempt.state == LOST else attempt.error or "failed")  # fmt: skip
+            error = (
+                f"worker {attempt.worker} died; the node ran again elsewhere"
+                if attempt.state == LOST
+                else attempt.error or "failed"
+            )
             out.append((attempt.end, {"event_type": "NodeFailed", **node, "error": error}))
     end = status.finished_at
     if end is not None:  # the run's end comes last, even if a worker's clock ran ahead
         end = max([end, *(at for at, _ in out)])
     if end is not None and status.state == "done":
-        out.append((end, {"event_type": "RunCompleted", "run_id": run_id,
-                          "duration": _ms(end - created)}))  # fmt: skip
+        out.append(
+            (end, {"event_type": "RunCompleted", "run_id": run_id, "duration": _ms(end - created)})
+        )
     elif end is not None:
-        out.append((end, {"event_type": "RunFailed", "run_id": run_id,
-                          "error": _run_error(status)}))  # fmt: skip
+        out.append(
+            (end, {"event_type": "RunFailed", "run_id": run_id, "error": _run_error(status)})
+        )
     return sorted(out, key=lambda pair: pair[0])
 
 
@@ -110,38 +144,59 @@ def _run_error(status: RunStatus) -> str:
     if status.state == "cancelled":
         return "cancelled"
     error = status.error or {}
-    return (f"node '{error.get('node_id')}' on worker '{error.get('worker_id')}' raised "
-            f"{error.get('type')}: {error.get('message')}")  # fmt: skip
+    return (
+        f"node '{error.get('node_id')}' on worker '{error.get('worker_id')}' raised "
+        f"{error.get('type')}: {error.get('message')}"
+    )
 
 
 def manifest(status: RunStatus, plan: Any, params: Any) -> dict[str, Any]:
     workers = sorted({n.worker for n in status.nodes.values() if n.worker})
     return {
-        "schema_version": SCHEMA_VERSION, "run_id": status.run_id, "kind": "other",
+        "schema_version": SCHEMA_VERSION,
+        "run_id": status.run_id,
+        "kind": "other",
         "name": f"somatize-tasks run {status.run_id}",
-        "created_at": rfc3339(status.created_at or 0.0), "soma_version": None,
-        "python_version": platform.python_version(), "hostname": socket.gethostname(),
+        "created_at": rfc3339(status.created_at or 0.0),
+        "soma_version": None,
+        "python_version": platform.python_version(),
+        "hostname": socket.gethostname(),
         "git": {"sha": None, "branch": None, "dirty": None},
-        "entrypoint": sys.argv[0] if sys.argv else None, "argv": list(sys.argv),
-        "cwd": os.getcwd(), "seeds": {}, "params": params if isinstance(params, dict) else {},
-        "hypothesis": None, "tags": ["somatize-tasks"],
+        "entrypoint": sys.argv[0] if sys.argv else None,
+        "argv": list(sys.argv),
+        "cwd": os.getcwd(),
+        "seeds": {},
+        "params": params if isinstance(params, dict) else {},
+        "hypothesis": None,
+        "tags": ["somatize-tasks"],
         "notes": f"exported from somatize-tasks; ran on worker(s) {', '.join(workers) or '-'}",
         "parent_run_id": None,
-        "graph": {"n_nodes": len(status.nodes), "node_ids": list(status.nodes),
-                  "graph_path": None, "mermaid_path": None},
+        "graph": {
+            "n_nodes": len(status.nodes),
+            "node_ids": list(status.nodes),
+            "graph_path": None,
+            "mermaid_path": None,
+        },
         "study_path": None,
-    }  # fmt: skip
+    }
 
 
 def soma_status(status: RunStatus, now: float) -> dict[str, Any]:
     updated = status.finished_at or now
-    return {"state": SOMA_STATES.get(status.state, "running"), "updated_at": rfc3339(updated),
-            "heartbeat_at": rfc3339(updated),
-            "finished_at": rfc3339(status.finished_at) if status.finished_at else None}
+    return {
+        "state": SOMA_STATES.get(status.state, "running"),
+        "updated_at": rfc3339(updated),
+        "heartbeat_at": rfc3339(updated),
+        "finished_at": rfc3339(status.finished_at) if status.finished_at else None,
+    }
 
 
 def write_run_dir(
-    root: Path, status: RunStatus, history: list[dict[str, Any]], plan: Any, params: Any,
+    root: Path,
+    status: RunStatus,
+    history: list[dict[str, Any]],
+    plan: Any,
+    params: Any,
     now: float,
 ) -> Path:
     """Write ``<root>/runs/<run id>/`` (replacing its files); returns the directory."""

@@ -93,22 +93,46 @@ def bars_of(
         for a in attempts(history):
             state, start, end = a.state, a.start, a.end
             node = status.nodes.get(a.node_id)
-            if (state == "running" and node is not None and node.state == "done"
-                    and node.worker == a.worker and node.started_at and node.ended_at):
+            if (
+                state == "running"
+                and node is not None
+                and node.state == "done"
+                and node.worker == a.worker
+                and node.started_at
+                and node.ended_at
+            ):
                 state, start, end = "done", node.started_at, node.ended_at  # done in a chain
             elif state == "running" and status.state != "running":  # the run ended around it
                 state = "cancelled" if status.state == "cancelled" else LOST
             end = end if end is not None else stop
-            out.append(Bar(a.node_id, a.worker, state, start, max(end, start),
-                           epoch=a.epoch, attempt=a.number, error=a.error))  # fmt: skip
+            out.append(
+                Bar(
+                    a.node_id,
+                    a.worker,
+                    state,
+                    start,
+                    max(end, start),
+                    epoch=a.epoch,
+                    attempt=a.number,
+                    error=a.error,
+                )
+            )
         return out
     bars = []
     for node_id, node in status.nodes.items():
         if node.worker is None or node.started_at is None:
             continue
         end = node.ended_at if node.ended_at is not None else stop
-        bars.append(Bar(node_id, node.worker, node.state, node.started_at,
-                        max(end, node.started_at), error=node.error))  # fmt: skip
+        bars.append(
+            Bar(
+                node_id,
+                node.worker,
+                node.state,
+                node.started_at,
+                max(end, node.started_at),
+                error=node.error,
+            )
+        )
     return bars
 
 
@@ -167,8 +191,11 @@ def _rows(lay: Layout) -> list[str]:
     for worker, (top, lanes) in lay.rows.items():
         height = row_height(lanes)
         out.append(f'<g class="row" data-worker="{escape(worker)}">')
-        out.append(text(12, top + height / 2 + 4, worker, font_size="13", font_weight="600",
-                        fill="#24292f"))  # fmt: skip
+        out.append(
+            text(
+                12, top + height / 2 + 4, worker, font_size="13", font_weight="600", fill="#24292f"
+            )
+        )
         out.extend(_lane_bars(lay, [b for b in lay.all_bars if b.worker == worker]))
         out.append("</g>")
     return out
@@ -183,7 +210,7 @@ def _lane_bars(lay: Layout, bars: list[Bar]) -> list[str]:
     for i, bar in enumerate(ordered):
         x, y = lay.x(bar.start), lay.lane_y(bar.worker, bar.lane)
         width = max(bar.seconds * lay.scale, 2.0)
-        following = next((lay.x(b.start) for b in ordered[i + 1:] if b.lane == bar.lane), WIDTH)
+        following = next((lay.x(b.start) for b in ordered[i + 1 :] if b.lane == bar.lane), WIDTH)
         size = label_w(bar.label) + (6 + label_w(_error_text(bar)) if bar.error else 0)
         lx = max(min(x, WIDTH - 4 - size), 0.0)  # near the right edge: end the label there
         line = next((n for n in (0, 1) if line_ends.get((bar.lane, n), -1.0) < lx), None)
@@ -195,8 +222,9 @@ def _lane_bars(lay: Layout, bars: list[Bar]) -> list[str]:
     return out
 
 
-def _bar(bar: Bar, x: float, y: float, width: float, line: int | None, lx: float,
-         following: float) -> list[str]:
+def _bar(
+    bar: Bar, x: float, y: float, width: float, line: int | None, lx: float, following: float
+) -> list[str]:
     colour = STATE_COLOURS.get(bar.state, "#9aa3ad")
     took = fmt_s(bar.seconds)
     title = f"{bar.label} on {bar.worker}: {bar.state}, {took}"
@@ -204,25 +232,50 @@ def _bar(bar: Bar, x: float, y: float, width: float, line: int | None, lx: float
         title += f"\n{bar.error}"
     pattern = ' stroke="#6e7781" stroke-dasharray="3 2"' if bar.state == LOST else ""
     fill = "url(#lost)" if bar.state == LOST else colour
-    out = [f'<rect class="bar" data-node="{escape(bar.node_id)}" '
-           f'data-worker="{escape(bar.worker)}" data-state="{escape(bar.state)}" '
-           f'data-epoch="{bar.epoch}" data-attempt="{bar.attempt}" '
-           f'x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{BAR_H}" rx="3" '
-           f'fill="{fill}"{pattern}><title>{escape(title)}</title></rect>']
+    out = [
+        f'<rect class="bar" data-node="{escape(bar.node_id)}" '
+        f'data-worker="{escape(bar.worker)}" data-state="{escape(bar.state)}" '
+        f'data-epoch="{bar.epoch}" data-attempt="{bar.attempt}" '
+        f'x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{BAR_H}" rx="3" '
+        f'fill="{fill}"{pattern}><title>{escape(title)}</title></rect>'
+    ]
     if line is not None:
-        out.append(text(lx + 1, y - 4 - line * LABEL_LINE_H, bar.label, font_size="11",
-                        fill="#24292f", class_="label"))  # fmt: skip
+        out.append(
+            text(
+                lx + 1,
+                y - 4 - line * LABEL_LINE_H,
+                bar.label,
+                font_size="11",
+                fill="#24292f",
+                class_="label",
+            )
+        )
     if label_w(took, 10) + 8 < width:
-        out.append(text(x + width / 2, y + BAR_H / 2 + 3.5, took, font_size="10",
-                        fill="#24292f" if bar.state == LOST else "#ffffff",
-                        text_anchor="middle"))  # fmt: skip
+        out.append(
+            text(
+                x + width / 2,
+                y + BAR_H / 2 + 3.5,
+                took,
+                font_size="10",
+                fill="#24292f" if bar.state == LOST else "#ffffff",
+                text_anchor="middle",
+            )
+        )
     elif x + width + 3 + label_w(took, 10) < min(following, WIDTH - 2) and not bar.error:
-        out.append(text(x + width + 3, y + BAR_H / 2 + 3.5, took, font_size="10",
-                        fill="#5b6470"))  # fmt: skip
+        out.append(text(x + width + 3, y + BAR_H / 2 + 3.5, took, font_size="10", fill="#5b6470"))
     if bar.error and line is not None:  # the reason, in red, after the label above the bar
-        out.append(text(lx + 1 + label_w(bar.label) + 6, y - 4 - line * LABEL_LINE_H,
-                        _error_text(bar), font_size="11", fill=STATE_COLOURS["failed"],
-                        font_weight="600", class_="error", data_node=bar.node_id))  # fmt: skip
+        out.append(
+            text(
+                lx + 1 + label_w(bar.label) + 6,
+                y - 4 - line * LABEL_LINE_H,
+                _error_text(bar),
+                font_size="11",
+                fill=STATE_COLOURS["failed"],
+                font_weight="600",
+                class_="error",
+                data_node=bar.node_id,
+            )
+        )
     return out
 
 
@@ -231,17 +284,24 @@ def _error_text(bar: Bar) -> str:
     return "✗ " + (error if len(error) <= ERROR_CHARS else error[:ERROR_CHARS] + "…")
 
 
-MARK_WORDS = {"skipped": "skipped", "cancelled": "cancelled", "not run": "not run",
-              "pending": "pending", "failed": "failed", "running": "waiting"}  # fmt: skip
+MARK_WORDS = {
+    "skipped": "skipped",
+    "cancelled": "cancelled",
+    "not run": "not run",
+    "pending": "pending",
+    "failed": "failed",
+    "running": "waiting",
+}
 
 
 def _marks(marks: dict[str, str], y: float, errors: dict[str, str]) -> tuple[list[str], float]:
     """The nodes with no bar, as chips in a last row; returns the SVG and its height."""
     if not marks:
         return [], 0.0
-    out = [f'<g class="marks"><rect x="0" y="{y:.1f}" width="{WIDTH}" height="{{h}}" '
-           'fill="#fbfbfc"/>', text(12, y + 19, "never ran", font_size="13",
-                                    font_weight="600", fill="#24292f")]  # fmt: skip
+    out = [
+        f'<g class="marks"><rect x="0" y="{y:.1f}" width="{WIDTH}" height="{{h}}" fill="#fbfbfc"/>',
+        text(12, y + 19, "never ran", font_size="13", font_weight="600", fill="#24292f"),
+    ]
     x, line_y = float(LABEL_W), y + 8
     for node_id, state in marks.items():
         shown = f"{node_id}: {MARK_WORDS.get(state, state)}"
@@ -251,11 +311,13 @@ def _marks(marks: dict[str, str], y: float, errors: dict[str, str]) -> tuple[lis
         if x + w > WIDTH - RIGHT_PAD and x > LABEL_W:
             x, line_y = float(LABEL_W), line_y + 20
         colour = STATE_COLOURS.get(state, STATE_COLOURS["pending"])
-        out.append(f'<g class="mark" data-node="{escape(node_id)}" data-state="{escape(state)}">'
-                   f'<rect x="{x:.1f}" y="{line_y:.1f}" width="10" height="10" rx="5" '
-                   f'fill="none" stroke="{colour}" stroke-width="2"/>'
-                   + text(x + 14, line_y + 9, shown, font_size="11", fill="#24292f")
-                   + "</g>")  # fmt: skip
+        out.append(
+            f'<g class="mark" data-node="{escape(node_id)}" data-state="{escape(state)}">'
+            f'<rect x="{x:.1f}" y="{line_y:.1f}" width="10" height="10" rx="5" '
+            f'fill="none" stroke="{colour}" stroke-width="2"/>'
+            + text(x + 14, line_y + 9, shown, font_size="11", fill="#24292f")
+            + "</g>"
+        )
         x += w
     height = line_y - y + 22
     out[0] = out[0].replace("{h}", f"{height:.1f}")
@@ -271,15 +333,22 @@ def _title(status: RunStatus, lay: Layout, with_history: bool) -> list[str]:
     def count(n: int, noun: str) -> str:
         return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
-    line = (f"{status.state} · {fmt_s(span)} · {count(ran, 'node')} on "
-            f"{count(workers, 'worker')} · {count(len(status.transfers), 'transfer')}")
-    note = ("every attempt and loop pass drawn" if with_history
-            else "a node run several times (in a Loop) shows its last pass")
-    return [text(LABEL_W, 28, f"run {status.run_id}", font_size="17", font_weight="700",
-                 fill="#24292f"),
-            text(LABEL_W, 48, line, font_size="12", fill="#5b6470"),
-            text(WIDTH - RIGHT_PAD, 48, note, font_size="11", fill="#8a939d",
-                 text_anchor="end")]  # fmt: skip
+    line = (
+        f"{status.state} · {fmt_s(span)} · {count(ran, 'node')} on "
+        f"{count(workers, 'worker')} · {count(len(status.transfers), 'transfer')}"
+    )
+    note = (
+        "every attempt and loop pass drawn"
+        if with_history
+        else "a node run several times (in a Loop) shows its last pass"
+    )
+    return [
+        text(
+            LABEL_W, 28, f"run {status.run_id}", font_size="17", font_weight="700", fill="#24292f"
+        ),
+        text(LABEL_W, 48, line, font_size="12", fill="#5b6470"),
+        text(WIDTH - RIGHT_PAD, 48, note, font_size="11", fill="#8a939d", text_anchor="end"),
+    ]
 
 
 def timeline_svg(

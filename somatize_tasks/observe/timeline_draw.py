@@ -25,8 +25,11 @@ STATE_COLOURS = {
 LEGEND_STATES = ("done", "running", "failed", "cancelled", "lost", "skipped", "not run")
 LEGEND_NAMES = {"lost": "worker died", "skipped": "skipped arm", "not run": "never ran"}
 TRANSFER_DASH = {"s3": "", "direct": "5 4", "cached": "1 4"}
-TRANSFER_WORDS = {"s3": "through the shared store", "direct": "inline, in the message",
-                  "cached": "already in the store"}  # fmt: skip
+TRANSFER_WORDS = {
+    "s3": "through the shared store",
+    "direct": "inline, in the message",
+    "cached": "already in the store",
+}
 LEGEND_WORDS = {"s3": "store", "direct": "inline", "cached": "cached"}
 
 WIDTH = 1000
@@ -120,8 +123,9 @@ def fmt_bytes(n: Any) -> str:
 
 def text(x: float, y: float, body: str, **attrs: Any) -> str:
     """A ``<text>``; ``font_size`` becomes ``font-size``, ``class_`` becomes ``class``."""
-    extra = "".join(f' {k.rstrip("_").replace("_", "-")}="{escape(str(v))}"'
-                    for k, v in attrs.items())  # fmt: skip
+    extra = "".join(
+        f' {k.rstrip("_").replace("_", "-")}="{escape(str(v))}"' for k, v in attrs.items()
+    )
     return f'<text x="{x:.1f}" y="{y:.1f}"{extra}>{escape(body)}</text>'
 
 
@@ -131,13 +135,15 @@ def label_w(body: str, size_px: float = 11) -> float:
 
 
 def defs() -> str:
-    return ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-            'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
-            'fill="#3b4652"/></marker>'
-            '<pattern id="lost" width="6" height="6" patternUnits="userSpaceOnUse" '
-            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#dfe3e8"/>'
-            '<line x1="0" y1="0" x2="0" y2="6" stroke="#8c959f" stroke-width="2"/></pattern>'
-            "</defs>")  # fmt: skip
+    return (
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" '
+        'fill="#3b4652"/></marker>'
+        '<pattern id="lost" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#dfe3e8"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#8c959f" stroke-width="2"/></pattern>'
+        "</defs>"
+    )
 
 
 def axis(lay: Layout, bottom: float) -> list[str]:
@@ -146,8 +152,10 @@ def axis(lay: Layout, bottom: float) -> list[str]:
     tick = 0.0
     while lay.t0 + tick <= lay.t1 + 1e-9:
         x = lay.x(lay.t0 + tick)
-        out.append(f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{bottom:.1f}" '
-                   'stroke="#e3e7ec" stroke-width="1"/>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{bottom:.1f}" '
+            'stroke="#e3e7ec" stroke-width="1"/>'
+        )
         out.append(text(x, bottom + 16, fmt_s(tick), text_anchor="middle"))
         tick += step
     out.append("</g>")
@@ -190,12 +198,16 @@ def transfers(lay: Layout, moves: Iterable[dict[str, Any]]) -> list[str]:
         x1, y1, x2, y2 = points
         kind = str(t.get("transfer_type"))
         bend = max(abs(y2 - y1) * 0.5, 18.0)
-        path = (f"M {x1:.1f} {y1:.1f} C {x1 + bend:.1f} {y1:.1f}, {x2 - bend:.1f} {y2:.1f}, "
-                f"{x2:.1f} {y2:.1f}")
+        path = (
+            f"M {x1:.1f} {y1:.1f} C {x1 + bend:.1f} {y1:.1f}, {x2 - bend:.1f} {y2:.1f}, "
+            f"{x2:.1f} {y2:.1f}"
+        )
         dash = TRANSFER_DASH.get(kind, "")
-        title = (f"{t.get('from_node')} ({t.get('from_worker')}) -> {t.get('to_node')} "
-                 f"({t.get('to_worker')}): {TRANSFER_WORDS.get(kind, kind)}, "
-                 f"{fmt_bytes(t.get('bytes'))}")
+        title = (
+            f"{t.get('from_node')} ({t.get('from_worker')}) -> {t.get('to_node')} "
+            f"({t.get('to_worker')}): {TRANSFER_WORDS.get(kind, kind)}, "
+            f"{fmt_bytes(t.get('bytes'))}"
+        )
         out.append(
             f'<path class="transfer" data-from-node="{escape(str(t.get("from_node")))}" '
             f'data-to-node="{escape(str(t.get("to_node")))}" '
@@ -207,8 +219,10 @@ def transfers(lay: Layout, moves: Iterable[dict[str, Any]]) -> list[str]:
         )
         label = f"{kind} · {fmt_bytes(t.get('bytes'))}"
         lx, ly = min((x1 + x2) / 2 + 6, WIDTH - 4 - label_w(label, 10)), (y1 + y2) / 2
-        out.append(f'<rect x="{lx - 2:.1f}" y="{ly - 8:.1f}" width="{label_w(label, 10) + 4:.1f}" '
-                   'height="12" rx="2" fill="#ffffff" fill-opacity="0.85"/>')
+        out.append(
+            f'<rect x="{lx - 2:.1f}" y="{ly - 8:.1f}" width="{label_w(label, 10) + 4:.1f}" '
+            'height="12" rx="2" fill="#ffffff" fill-opacity="0.85"/>'
+        )
         out.append(text(lx, ly + 1.5, label, font_size="10", fill="#3b4652"))
     out.append("</g>")
     return out
@@ -225,8 +239,10 @@ def legend(y: float) -> list[str]:
         x += 26 + label_w(name)
     for kind, dash in TRANSFER_DASH.items():
         extra = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{x:.1f}" y1="6" x2="{x + 22:.1f}" y2="6" stroke="#3b4652" '
-                   f'stroke-width="1.6"{extra} marker-end="url(#arrow)"/>')
+        out.append(
+            f'<line x1="{x:.1f}" y1="6" x2="{x + 22:.1f}" y2="6" stroke="#3b4652" '
+            f'stroke-width="1.6"{extra} marker-end="url(#arrow)"/>'
+        )
         out.append(text(x + 27, 10, LEGEND_WORDS[kind]))
         x += 36 + label_w(LEGEND_WORDS[kind])
     out.append("</g>")

@@ -25,9 +25,11 @@ def _node_rows(status: RunStatus, t0: float, marks: dict[str, str]) -> str:
         start = f"+{fmt_s(node.started_at - t0)}" if node.started_at else ""
         took = fmt_s(node.ended_at - node.started_at) if node.started_at and node.ended_at else ""
         error = f"<td class='error'>{escape(node.error)}</td>" if node.error else "<td></td>"
-        return (f"<tr><td>{escape(node_id)}</td><td>{_dot(state)}{escape(state)}</td>"
-                f"<td>{escape(node.worker or '')}</td><td>{start}</td><td>{took}</td>"
-                f"{error}</tr>")
+        return (
+            f"<tr><td>{escape(node_id)}</td><td>{_dot(state)}{escape(state)}</td>"
+            f"<td>{escape(node.worker or '')}</td><td>{start}</td><td>{took}</td>"
+            f"{error}</tr>"
+        )
 
     return "\n".join(cells(n, s) for n, s in status.nodes.items())
 
@@ -43,8 +45,10 @@ def _attempt_rows(status: RunStatus, history: list[dict[str, Any]], t0: float) -
         f"</tr>"
         for b in sorted(bars, key=lambda b: b.start)
     )
-    return ("<h2>Every attempt</h2><table><tr><th>node</th><th>state</th><th>worker</th>"
-            f"<th>started</th><th>took</th></tr>\n{rows}\n</table>")
+    return (
+        "<h2>Every attempt</h2><table><tr><th>node</th><th>state</th><th>worker</th>"
+        f"<th>started</th><th>took</th></tr>\n{rows}\n</table>"
+    )
 
 
 def _how(transfer: dict[str, Any]) -> str:
@@ -66,10 +70,12 @@ def run_error(status: RunStatus) -> str:
     error = status.error
     if not error:
         return ""
-    return (f"<div class='failure'><b>node {escape(str(error.get('node_id')))} on worker "
-            f"{escape(str(error.get('worker_id')))} failed:</b> "
-            f"{escape(str(error.get('type')))}: {escape(str(error.get('message')))}"
-            f"<pre>{escape(str(error.get('traceback') or ''))}</pre></div>")
+    return (
+        f"<div class='failure'><b>node {escape(str(error.get('node_id')))} on worker "
+        f"{escape(str(error.get('worker_id')))} failed:</b> "
+        f"{escape(str(error.get('type')))}: {escape(str(error.get('message')))}"
+        f"<pre>{escape(str(error.get('traceback') or ''))}</pre></div>"
+    )
 
 
 CSS = """
@@ -121,6 +127,9 @@ def write_timeline(
     status: RunStatus, path: Path, history: list[dict[str, Any]] | None = None
 ) -> None:
     """Write ``path`` as SVG (``.svg``) or HTML (anything else)."""
-    text = (timeline_svg(status, history=history) if path.suffix.lower() == ".svg"
-            else timeline_html(status, history=history))  # fmt: skip
+    text = (
+        timeline_svg(status, history=history)
+        if path.suffix.lower() == ".svg"
+        else timeline_html(status, history=history)
+    )
     path.write_text(text, encoding="utf-8")

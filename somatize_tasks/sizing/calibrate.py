@@ -42,8 +42,9 @@ def _cost_us(client: Redis[bytes], calls: int, action: Any, threads: int = 1) ->
     make them look cheaper than they are."""
     share = calls // threads
     start = _cpu_s(client)
-    workers = [threading.Thread(target=lambda: [action() for _ in range(share)])
-               for _ in range(threads)]
+    workers = [
+        threading.Thread(target=lambda: [action() for _ in range(share)]) for _ in range(threads)
+    ]
     for thread in workers:
         thread.start()
     for thread in workers:
@@ -75,8 +76,9 @@ def _pace(pool: Any, prefix: str, rate: float, seconds: float, done: Any) -> Non
         done.value += count
 
 
-def _paced_cpu(client: Redis[bytes], prefix: str, rate: float, seconds: float,
-               processes: int = 4) -> tuple[float, float]:
+def _paced_cpu(
+    client: Redis[bytes], prefix: str, rate: float, seconds: float, processes: int = 4
+) -> tuple[float, float]:
     """Redis CPU (fraction of a core) while ``processes`` client processes (workers are
     separate processes, each its own client) send ``rate`` heartbeat+tick pairs a
     second between them, and the rate they really reached (a loaded machine may not
@@ -84,8 +86,10 @@ def _paced_cpu(client: Redis[bytes], prefix: str, rate: float, seconds: float,
     ctx = multiprocessing.get_context("fork")
     done = ctx.Value("q", 0)
     pool = client.connection_pool
-    procs = [ctx.Process(target=_pace, args=(pool, prefix, rate / processes, seconds, done))
-             for _ in range(processes)]
+    procs = [
+        ctx.Process(target=_pace, args=(pool, prefix, rate / processes, seconds, done))
+        for _ in range(processes)
+    ]
     start, began = _cpu_s(client), time.monotonic()
     for proc in procs:
         proc.start()
@@ -96,8 +100,13 @@ def _paced_cpu(client: Redis[bytes], prefix: str, rate: float, seconds: float,
 
 
 def _info(index: int) -> WorkerInfo:
-    return WorkerInfo(id=f"w{index:05d}", name=f"w{index:05d}@calibrate", tags=["cpu"],
-                      cpu_cores=8, max_concurrent=4)
+    return WorkerInfo(
+        id=f"w{index:05d}",
+        name=f"w{index:05d}@calibrate",
+        tags=["cpu"],
+        cpu_cores=8,
+        max_concurrent=4,
+    )
 
 
 #: Heartbeat+tick pairs a second the light calls are paced at: 100 to 2,000 workers.
@@ -110,13 +119,15 @@ def fit_power(points: list[tuple[float, float]], idle: float) -> tuple[float, fl
     xs = [math.log(2 * rate) for _, rate in points]
     ys = [math.log(max(cpu - idle, 1e-9)) for cpu, _ in points]
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    alpha = (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
-             / sum((x - mean_x) ** 2 for x in xs))  # fmt: skip
+    alpha = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
     return math.exp(mean_y - alpha * mean_x), alpha
 
 
-def light_calls(client: Redis[bytes], idle: float, prefix: str = "calibrate-light",
-                seconds: float = 4.0) -> tuple[float, float]:
+def light_calls(
+    client: Redis[bytes], idle: float, prefix: str = "calibrate-light", seconds: float = 4.0
+) -> tuple[float, float]:
     """``(light_k, light_alpha)`` of heartbeats and ticks on ``client`` now: a registry
     of 1,000 under ``prefix`` (removed after), whose lease someone else holds, paced at
     :data:`PACED_RATES` from separate processes; ``idle`` is Redis' CPU without them.
@@ -129,8 +140,9 @@ def light_calls(client: Redis[bytes], idle: float, prefix: str = "calibrate-ligh
     for index in range(1000):
         registry.heartbeat(_info(index))
     points = [_paced_cpu(client, prefix, rate, seconds) for rate in PACED_RATES]
-    log.info("light calls: %s", ", ".join(f"{2 * r:.0f}/s: {(c - idle) * 100:.2f} %"
-                                          for c, r in points))  # fmt: skip
+    log.info(
+        "light calls: %s", ", ".join(f"{2 * r:.0f}/s: {(c - idle) * 100:.2f} %" for c, r in points)
+    )
     for name in list(client.scan_iter(match=f"{prefix}:*")):
         client.delete(name)
     return fit_power(points, idle)
@@ -173,15 +185,24 @@ def calibrate(client: Redis[bytes], base: Costs | None = None, calls: int = 8_00
     read_large = _cost_us(client, 100, registry.live_infos)
     per_worker = (read_large - read_small) / 9_000
     nodes_key = "calibrate:nodes"
-    client.hset(nodes_key, mapping={f"n{i}": '{"state":"done","worker":"w1"}'
-                                    for i in range(10_000)})
+    client.hset(
+        nodes_key, mapping={f"n{i}": '{"state":"done","worker":"w1"}' for i in range(10_000)}
+    )
     repair_large = _cost_us(client, 100, lambda: client.hgetall(nodes_key))
     client.flushdb()
-    return Costs(**{
-        **asdict(base),
-        "heartbeat_us": beat_us, "tick_us": tock_us, "light_k": k, "light_alpha": alpha,
-        "read_base_us": max(0.0, read_small - 1000 * per_worker), "read_per_worker_us": per_worker,
-        "repair_per_node_us": max(0.0, repair_large - base.repair_base_us) / 10_000,
-        "idle_cpu": idle, "worker_bytes": sizes[10_000], "worker_bytes_small": sizes[1_000],
-        "measured_on": f"calibrated {time.strftime('%Y-%m-%d %H:%M')}",
-    })  # fmt: skip
+    return Costs(
+        **{
+            **asdict(base),
+            "heartbeat_us": beat_us,
+            "tick_us": tock_us,
+            "light_k": k,
+            "light_alpha": alpha,
+            "read_base_us": max(0.0, read_small - 1000 * per_worker),
+            "read_per_worker_us": per_worker,
+            "repair_per_node_us": max(0.0, repair_large - base.repair_base_us) / 10_000,
+            "idle_cpu": idle,
+            "worker_bytes": sizes[10_000],
+            "worker_bytes_small": sizes[1_000],
+            "measured_on": f"calibrated {time.strftime('%Y-%m-%d %H:%M')}",
+        }
+    )

@@ -47,8 +47,7 @@ def utilisation(mix: Sequence[Kind]) -> float:
     return sum(rate * service for rate, service in mix)
 
 
-def queue_waits(mix: Sequence[Kind], customers: int | None = None, seed: int = 11
-                ) -> list[float]:
+def queue_waits(mix: Sequence[Kind], customers: int | None = None, seed: int = 11) -> list[float]:
     """Waits (s) of ``customers`` calls in Redis' queue served ``mix`` (``rho`` < 1);
     by default a minute of Redis' time, at least 100,000 calls and at most 1,000,000.
 

@@ -125,12 +125,18 @@ class Prediction:
     dispatch_queue_ms: float | None = None
 
     def describe(self) -> str:
-        delay = ("saturated (Redis over one core)" if self.dispatch_p99_ms is None
-                 else f"{self.dispatch_p99_ms:.2f} ms "
-                 f"({self.dispatch_queue_ms or 0.0:+.3f} ms of it waiting in Redis' queue)")
-        lines = [f"Redis CPU      {self.cpu * 100:8.2f} % of one core",
-                 f"Redis memory   {self.memory_bytes / 2**20:8.1f} MiB",
-                 f"dispatch p99   {delay}", "CPU by source:"]
+        delay = (
+            "saturated (Redis over one core)"
+            if self.dispatch_p99_ms is None
+            else f"{self.dispatch_p99_ms:.2f} ms "
+            f"({self.dispatch_queue_ms or 0.0:+.3f} ms of it waiting in Redis' queue)"
+        )
+        lines = [
+            f"Redis CPU      {self.cpu * 100:8.2f} % of one core",
+            f"Redis memory   {self.memory_bytes / 2**20:8.1f} MiB",
+            f"dispatch p99   {delay}",
+            "CPU by source:",
+        ]
         lines += [f"  {name:16} {share * 100:8.3f} %" for name, share in self.parts.items()]
         return "\n".join(lines)
 
@@ -148,8 +154,10 @@ def predict(cluster: Cluster, costs: Costs) -> Prediction:
     us = {
         "heartbeats": (cluster.workers / cluster.interval_s + 2 * node_rate) * costs.heartbeat_us,
         "reaper ticks": cluster.workers / cluster.interval_s * costs.tick_us,
-        "leader sweeps": (costs.read_us(cluster.workers)
-                          + cluster.runs * costs.repair_us(cluster.plan_size)) * sweep_rate,
+        "leader sweeps": (
+            costs.read_us(cluster.workers) + cluster.runs * costs.repair_us(cluster.plan_size)
+        )
+        * sweep_rate,
         "placement reads": starts * costs.read_us(cluster.workers),
         "dispatch": node_rate * costs.node_us,
     }
@@ -157,14 +165,20 @@ def predict(cluster: Cluster, costs: Costs) -> Prediction:
     # the per-command cost at high rates (measured in bursts); the larger of the two.
     light_rate = 2 * cluster.workers / cluster.interval_s + 2 * node_rate
     light_linear = (us.pop("heartbeats") + us.pop("reaper ticks")) / 1e6
-    light = max(light_linear, costs.light_k * light_rate ** costs.light_alpha)
+    light = max(light_linear, costs.light_k * light_rate**costs.light_alpha)
     celery = cluster.workers if cluster.celery_workers is None else cluster.celery_workers
-    parts = {"idle": costs.idle_cpu, "heartbeats+ticks": light,
-             "celery polling": celery * costs.celery_idle_cpu,
-             **{name: value / 1e6 for name, value in us.items()}}
+    parts = {
+        "idle": costs.idle_cpu,
+        "heartbeats+ticks": light,
+        "celery polling": celery * costs.celery_idle_cpu,
+        **{name: value / 1e6 for name, value in us.items()},
+    }
     cpu = sum(parts.values())
-    memory = (costs.base_memory_bytes + cluster.workers * costs.bytes_per_worker(cluster.workers)
-              + cluster.runs * cluster.plan_size * costs.node_bytes)
+    memory = (
+        costs.base_memory_bytes
+        + cluster.workers * costs.bytes_per_worker(cluster.workers)
+        + cluster.runs * cluster.plan_size * costs.node_bytes
+    )
     mix: list[Kind] = [
         (light_rate, light / light_rate if light_rate else 0.0),
         (celery * costs.celery_idle_calls, costs.celery_idle_cpu / costs.celery_idle_calls),
@@ -172,9 +186,7 @@ def predict(cluster: Cluster, costs: Costs) -> Prediction:
         (sweep_rate * cluster.runs, costs.repair_us(cluster.plan_size) / 1e6),
         (starts, costs.read_us(cluster.workers) / 1e6),
         (node_rate * costs.node_calls, costs.node_us / costs.node_calls / 1e6),
-    ]  # fmt: skip
+    ]
     delay = None if cpu >= 1.0 else dispatch_quantile_ms(costs.path_ms, costs.path_calls, mix)
     alone = dispatch_quantile_ms(costs.path_ms, 0, [])
-    return Prediction(cpu, memory, delay, parts,
-                      None if delay is None else delay - (alone or 0.0))
-
+    return Prediction(cpu, memory, delay, parts, None if delay is None else delay - (alone or 0.0))

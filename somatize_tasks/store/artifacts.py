@@ -88,8 +88,9 @@ def _identity(path: Path) -> tuple[int, int, int]:
 class ArtifactStore:
     """One worker's view of the artifacts: its cache plus the shared store."""
 
-    def __init__(self, settings: Settings, worker_id: str,
-                 shared: SharedStore | None = None) -> None:
+    def __init__(
+        self, settings: Settings, worker_id: str, shared: SharedStore | None = None
+    ) -> None:
         self.settings = settings
         self.worker_id = worker_id
         self.cache = LocalDir(settings.cache_dir / key_part("worker id", worker_id))
@@ -128,8 +129,15 @@ class ArtifactStore:
                 inline = base64.b64encode(data).decode("ascii")
             else:
                 self._write(key, size, lambda fh: _write_all(fh, data))
-        return ArtifactRef(run_id=run_id, node_id=node_id, iteration=iteration,
-                           codec=codec.name, size=size, inline=inline, worker_id=self.worker_id)
+        return ArtifactRef(
+            run_id=run_id,
+            node_id=node_id,
+            iteration=iteration,
+            codec=codec.name,
+            size=size,
+            inline=inline,
+            worker_id=self.worker_id,
+        )
 
     @property
     def shares_on_write(self) -> bool:
@@ -165,8 +173,11 @@ class ArtifactStore:
         return _read_file(self.cache.checked_path(ref.key, ref.size, self._where()), codec)
 
     def has_local(self, ref: ArtifactRef) -> bool:
-        return (ref.inline is not None or self._in_ram(ref) is not None
-                or self.cache.has(ref.key, ref.size))
+        return (
+            ref.inline is not None
+            or self._in_ram(ref) is not None
+            or self.cache.has(ref.key, ref.size)
+        )
 
     def upload(self, ref: ArtifactRef) -> TransferType:
         """Make the value reachable by other workers; says how it will travel."""

@@ -89,6 +89,8 @@ def sweep_temp_files(root: Path, grace_s: float = TEMP_GRACE_S) -> int:
     if deleted:
         log.info("deleted %d partial file(s) left under %s", deleted, root)
     return deleted
+
+
 class RunCollector:
     """Deletes the shared artifacts and leftover keys of runs whose state expired."""
 
@@ -211,8 +213,11 @@ class CacheSweeper:
                     shutil.rmtree(path, ignore_errors=True)
                     deleted += 1
         if deleted:
-            log.info("deleted %d expired run dir(s) from %s", deleted,
-                     ", ".join(str(root) for root, _ in self.roots))  # fmt: skip
+            log.info(
+                "deleted %d expired run dir(s) from %s",
+                deleted,
+                ", ".join(str(root) for root, _ in self.roots),
+            )
         return deleted
 
     def _old_run_dirs(self) -> Iterator[Path]:

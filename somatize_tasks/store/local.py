@@ -43,9 +43,11 @@ class LocalDir:
         return self.root.joinpath(*key.split("/"))
 
     def write(
-        self, key: str, writer: Callable[[IO[bytes]], None],
+        self,
+        key: str,
+        writer: Callable[[IO[bytes]], None],
         recycle: Callable[[Path], bool] | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Run ``writer`` on a temporary file, then move it into place; returns its size.
 
         ``recycle(temp)`` may put an old file at the temporary name first: it is

@@ -44,15 +44,28 @@ from somatize_tasks.store.ram import RamTier, ram_tier
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
-                ConnectionClosedError)
+_UNREACHABLE = (
+    EndpointConnectionError,
+    ConnectTimeoutError,
+    ReadTimeoutError,
+    ConnectionClosedError,
+)
 
 
 #: S3 error codes that say "not now" rather than "never": retried like an unreachable endpoint.
-_TRANSIENT_CODES = frozenset({
-    "RequestTimeout", "RequestTimeTooSkewed", "SlowDown", "ServiceUnavailable",
-    "InternalError", "500", "502", "503", "504",
-})  # fmt: skip
+_TRANSIENT_CODES = frozenset(
+    {
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "SlowDown",
+        "ServiceUnavailable",
+        "InternalError",
+        "500",
+        "502",
+        "503",
+        "504",
+    }
+)
 
 
 def transient_error(exc: BaseException | None) -> bool:
@@ -185,8 +198,9 @@ class S3Store:
 
     def upload(self, source: Path, key: str) -> None:
         with self._errors("uploading", key):
-            self.client.upload_file(str(source), self.bucket, self.object_key(key),
-                                    Config=self.upload_config)
+            self.client.upload_file(
+                str(source), self.bucket, self.object_key(key), Config=self.upload_config
+            )
 
     def download(self, key: str, dest: LocalDir, size: int) -> None:
         final = dest.path_for(key)
@@ -195,8 +209,9 @@ class S3Store:
         try:
             with self._errors("downloading", key):
                 try:
-                    self.client.download_file(self.bucket, self.object_key(key), str(temp),
-                                              Config=self.upload_config)
+                    self.client.download_file(
+                        self.bucket, self.object_key(key), str(temp), Config=self.upload_config
+                    )
                 except ClientError as exc:
                     if _not_found(exc):
                         raise ArtifactMissingError(

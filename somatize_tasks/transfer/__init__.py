@@ -32,16 +32,23 @@ def upload_artifact(store: ArtifactStore, ref: ArtifactRef) -> dict[str, Any]:
     """Put ``ref``'s value in the shared store unless it is inline or already there."""
     transfer_type = store.upload(ref)
     moved = ref.size if transfer_type == "s3" else 0
-    return {"transfer_type": transfer_type, "bytes": moved, "worker_id": store.worker_id,
-            "key": ref.key}
+    return {
+        "transfer_type": transfer_type,
+        "bytes": moved,
+        "worker_id": store.worker_id,
+        "key": ref.key,
+    }
 
 
 def download_artifact(store: ArtifactStore, ref: ArtifactRef) -> dict[str, Any]:
     """Fill this worker's cache with ``ref``'s value unless it is inline or already here."""
     if ref.inline is not None:
-        return {"transfer_type": "direct", "bytes": 0, "worker_id": store.worker_id,
-                "key": ref.key}
+        return {"transfer_type": "direct", "bytes": 0, "worker_id": store.worker_id, "key": ref.key}
     had = store.has_local(ref)
     store.download(ref)
-    return {"transfer_type": "cached" if had else "s3", "bytes": 0 if had else ref.size,
-            "worker_id": store.worker_id, "key": ref.key}
+    return {
+        "transfer_type": "cached" if had else "s3",
+        "bytes": 0 if had else ref.size,
+        "worker_id": store.worker_id,
+        "key": ref.key,
+    }

@@ -28,14 +28,20 @@ def backoff_s(retries: int, settings: Settings) -> float:
     return float(min(settings.transfer_retry_backoff_max_s, 2.0**retries))
 
 
-def _run(task: Task[Any, Any], ref: dict[str, Any],
-         action: Callable[[ArtifactStore, ArtifactRef], dict[str, Any]]) -> dict[str, Any]:
+def _run(
+    task: Task[Any, Any],
+    ref: dict[str, Any],
+    action: Callable[[ArtifactStore, ArtifactRef], dict[str, Any]],
+) -> dict[str, Any]:
     settings = settings_of(task.app)
     try:
         return action(store_for(settings), ArtifactRef.model_validate(ref))
     except StoreUnavailableError as exc:
-        raise task.retry(exc=exc, countdown=backoff_s(task.request.retries, settings),
-                         max_retries=settings.transfer_max_retries) from None
+        raise task.retry(
+            exc=exc,
+            countdown=backoff_s(task.request.retries, settings),
+            max_retries=settings.transfer_max_retries,
+        ) from None
 
 
 @shared_task(bind=True, name=TRANSFER_UPLOAD_TASK)

@@ -58,7 +58,10 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     names = load_catalog_modules(settings.nodes)
     log.info(
         "worker %s consuming %s from %s; catalog: %s",
-        settings.worker_id, own_queue, redacted_url(settings.broker), ", ".join(names) or "empty",
+        settings.worker_id,
+        own_queue,
+        redacted_url(settings.broker),
+        ", ".join(names) or "empty",
     )
     original: Callable[..., str] = instance.startup_info
     instance.startup_info = lambda artlines=True: banner(
@@ -83,17 +86,22 @@ def log_signing(settings: Settings) -> None:
         )
         return
     old = len(settings.message_keys_previous)
-    log.info("task messages are signed; unsigned or badly signed ones are refused "
-             "(%d previous key%s accepted)", old, "" if old == 1 else "s")  # fmt: skip
+    log.info(
+        "task messages are signed; unsigned or badly signed ones are refused "
+        "(%d previous key%s accepted)",
+        old,
+        "" if old == 1 else "s",
+    )
 
 
 def banner(text: str, broker: str, catalog: list[str]) -> str:
     """Celery's start-up banner with our broker line and a catalog section added."""
     lines = [
         line.split(".> transport:")[0] + f".> transport:   {broker}"
-        if ".> transport:" in line else line
+        if ".> transport:" in line
+        else line
         for line in text.rstrip("\n").split("\n")
-    ]  # fmt: skip
+    ]
     shown = ", ".join(catalog) if catalog else "empty: no --nodes (or SOMATIZE_NODES) given"
     noun = "node" if len(catalog) == 1 else "nodes"
     lines += ["", f" -------------- [catalog] {len(catalog)} {noun}", f"                .> {shown}"]

@@ -61,9 +61,10 @@ def _requests(source: Iterable[Any], prefixes: tuple[str, ...]) -> list[Any]:
         except RuntimeError:  # the set changed under us in the main thread; look again
             continue
         return [
-            request for request in snapshot
+            request
+            for request in snapshot
             if str(getattr(request, "type", request.name)).startswith(prefixes)
-        ]  # fmt: skip
+        ]
     return []
 
 
@@ -181,8 +182,13 @@ class HeartbeatStep(bootsteps.StartStopStep):
 
         def describe(active: int) -> WorkerInfo:
             return WorkerInfo(
-                id=settings.worker_id, name=name, tags=settings.worker_tags, gpu=gpu,
-                cpu_cores=cores, active_jobs=active, max_concurrent=max_concurrent,
+                id=settings.worker_id,
+                name=name,
+                tags=settings.worker_tags,
+                gpu=gpu,
+                cpu_cores=cores,
+                active_jobs=active,
+                max_concurrent=max_concurrent,
             )
 
         registry = Registry.from_settings(settings)
@@ -193,8 +199,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
             except RedisError as exc:
                 log.warning("could not announce this worker's message keys: %s", exc)
 
-        self.heart = Heart(registry, describe, settings.heartbeat_interval_s,
-                           on_restored=announce)  # fmt: skip
+        self.heart = Heart(registry, describe, settings.heartbeat_interval_s, on_restored=announce)
         self.heart.start()
         announce()
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))

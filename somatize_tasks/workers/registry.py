@@ -87,20 +87,34 @@ class Registry:
 
     @classmethod
     def from_settings(cls, settings: Settings, client: Redis[bytes] | None = None) -> Registry:
-        return cls(client or redis_client(settings), RedisKeys(settings.key_prefix),
-                   settings.heartbeat_ttl_s)
+        return cls(
+            client or redis_client(settings),
+            RedisKeys(settings.key_prefix),
+            settings.heartbeat_ttl_s,
+        )
 
     @property
     def _script_keys(self) -> list[str]:
-        return [self.keys.workers_seen, self.keys.workers_info, self.keys.worker_tags,
-                self.keys.workers_tasks, self.keys.workers_keys]
+        return [
+            self.keys.workers_seen,
+            self.keys.workers_info,
+            self.keys.worker_tags,
+            self.keys.workers_tasks,
+            self.keys.workers_keys,
+        ]
 
     def heartbeat(self, info: WorkerInfo, tasks: Sequence[str] | None = None) -> int:
         """Record ``info`` as fresh now, with the node task ids the worker holds
         (None: no report); returns the Redis time written (ms)."""
         held = "" if tasks is None else json.dumps(list(tasks), separators=(",", ":"))
-        args = [info.id, encode_info(info), WORKER_RETENTION_MS,
-                self.keys.worker_tag(""), held, *info.tags]
+        args = [
+            info.id,
+            encode_info(info),
+            WORKER_RETENTION_MS,
+            self.keys.worker_tag(""),
+            held,
+            *info.tags,
+        ]
         return int(self._heartbeat(keys=self._script_keys, args=args))
 
     def held_tasks(self, worker_ids: Iterable[str]) -> dict[str, frozenset[str] | None]:
@@ -171,8 +185,11 @@ class Registry:
         return len(hashes) + 1 if hashes else 0
 
     def _hashes(self, tags: Iterable[str] | None) -> list[str]:
-        return ([self.keys.workers_info] if tags is None
-                else sorted({self.keys.worker_tag(tag) for tag in tags}))  # fmt: skip
+        return (
+            [self.keys.workers_info]
+            if tags is None
+            else sorted({self.keys.worker_tag(tag) for tag in tags})
+        )
 
     def parse_read(
         self, replies: list[Any], live: bool = True, tags: Iterable[str] | None = None
@@ -214,8 +231,18 @@ def json_fields(ids: list[str], raw: list[bytes | None]) -> dict[str, list[str] 
 
 def encode_info(info: WorkerInfo) -> str:
     """The compact record body: the WorkerInfo fields as a JSON array, in order."""
-    return json.dumps([info.id, info.name, info.tags, info.gpu, info.cpu_cores,
-                       info.active_jobs, info.max_concurrent], separators=(",", ":"))
+    return json.dumps(
+        [
+            info.id,
+            info.name,
+            info.tags,
+            info.gpu,
+            info.cpu_cores,
+            info.active_jobs,
+            info.max_concurrent,
+        ],
+        separators=(",", ":"),
+    )
 
 
 def decode_info(body: bytes) -> WorkerInfo | None:
@@ -225,8 +252,15 @@ def decode_info(body: bytes) -> WorkerInfo | None:
     """
     try:
         fields = json.loads(body)
-        return WorkerInfo(id=fields[0], name=fields[1], tags=fields[2], gpu=fields[3],
-                          cpu_cores=fields[4], active_jobs=fields[5], max_concurrent=fields[6])
+        return WorkerInfo(
+            id=fields[0],
+            name=fields[1],
+            tags=fields[2],
+            gpu=fields[3],
+            cpu_cores=fields[4],
+            active_jobs=fields[5],
+            max_concurrent=fields[6],
+        )
     except (ValueError, TypeError, IndexError, KeyError, ValidationError) as exc:
         log.warning("ignoring unreadable heartbeat %r: %s", body[:200], exc)
         return None

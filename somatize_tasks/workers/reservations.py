@@ -96,12 +96,18 @@ class Reservations:
         _held.workers = {w.id: w for w in workers}
         return [
             w.model_copy(update={"active_jobs": w.active_jobs + reserved[w.id]})
-            if reserved.get(w.id) else w
+            if reserved.get(w.id)
+            else w
             for w in workers
         ]
 
-    def reserve(self, run_id: str, distribution: DistributionPlan,
-                workers: dict[str, WorkerInfo], pipe: Any = None) -> Callable[[], Any] | None:
+    def reserve(
+        self,
+        run_id: str,
+        distribution: DistributionPlan,
+        workers: dict[str, WorkerInfo],
+        pipe: Any = None,
+    ) -> Callable[[], Any] | None:
         """Record what ``distribution`` will put on each worker at once; with ``pipe``,
         queue it there and return what redoes it should Redis have lost the script."""
         slots = slots_per_worker(distribution, workers)
@@ -138,8 +144,11 @@ class Reservations:
         pipe = self.client.pipeline(transaction=False)
         for field in fields:
             pipe.hget(self.keys.run(field.partition("|")[2]), "status")
-        ended = [f for f, status in zip(fields, pipe.execute(), strict=True)
-                 if status is not None and status != b"running"]
+        ended = [
+            f
+            for f, status in zip(fields, pipe.execute(), strict=True)
+            if status is not None and status != b"running"
+        ]
         if ended:
             pipe = self.client.pipeline(transaction=False)
             pipe.hdel(self.fields[0], *ended)
@@ -175,9 +184,11 @@ class Reservations:
 
 
 def reserve_run(
-    run_id: str, distribution: DistributionPlan, client: Redis[bytes],
+    run_id: str,
+    distribution: DistributionPlan,
+    client: Redis[bytes],
     also: Callable[[Any], None] = lambda pipe: None,
-) -> list[Any]:  # fmt: skip
+) -> list[Any]:
     """Inside :meth:`Reservations.placing`: reserve the run's slots, then let the next
     placement go (before the run's input is uploaded and its blocks published).
 
@@ -220,8 +231,9 @@ def unlock(pipe: Any = None) -> Callable[[], Any] | None:
     return lambda: reservations._unlock(keys=[lock], args=[token])
 
 
-def slots_per_worker(distribution: DistributionPlan,
-                     workers: dict[str, WorkerInfo]) -> dict[str, int]:
+def slots_per_worker(
+    distribution: DistributionPlan, workers: dict[str, WorkerInfo]
+) -> dict[str, int]:
     """The most slots any one phase of ``distribution`` takes on each worker."""
     phase_of = {a.node_id: a for a in distribution.assignments}
     most: Counter[str] = Counter()

@@ -88,8 +88,13 @@ class Proc:
 class FaultCluster:
     """Redis (``aof``: append-only, fsync always), moto S3, workers w1..w3."""
 
-    def __init__(self, *, aof: bool = False, tiny_disk_mb: int | None = None,
-                 tags: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        aof: bool = False,
+        tiny_disk_mb: int | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
         self.tags = dict(tags or WORKER_TAGS)
         self.root = Path(tempfile.mkdtemp(prefix="faults-"))
         self.aof = aof
@@ -120,16 +125,27 @@ class FaultCluster:
     def settings(self, **overrides: Any) -> Settings:
         """The producer's settings (no ambient ``SOMATIZE_*``), with the issue-13 features."""
         fields: dict[str, Any] = {
-            "redis_url": self.redis_url, "key_prefix": self.prefix, "store_kind": "s3",
-            "s3_endpoint_url": self.s3_url, "s3_bucket": BUCKET, "s3_prefix": self.prefix,
-            "s3_access_key_id": "testing", "s3_secret_access_key": "testing-secret",
+            "redis_url": self.redis_url,
+            "key_prefix": self.prefix,
+            "store_kind": "s3",
+            "s3_endpoint_url": self.s3_url,
+            "s3_bucket": BUCKET,
+            "s3_prefix": self.prefix,
+            "s3_access_key_id": "testing",
+            "s3_secret_access_key": "testing-secret",
             "s3_multipart_threshold_bytes": 5 * 1024 * 1024,
-            "s3_multipart_chunk_bytes": 5 * 1024 * 1024, "s3_max_concurrency": 2,
-            "store_dir": self.root / "store", "cache_dir": self.root / "cache",
-            "inline_max_bytes": 128, "heartbeat_interval_s": 0.5, "reroute_grace_s": 5.0,
-            "transfer_max_retries": 4, "transfer_retry_backoff_max_s": 2.0,
-            "worker_id": f"{self.prefix}-producer", **overrides,
-        }  # fmt: skip
+            "s3_multipart_chunk_bytes": 5 * 1024 * 1024,
+            "s3_max_concurrency": 2,
+            "store_dir": self.root / "store",
+            "cache_dir": self.root / "cache",
+            "inline_max_bytes": 128,
+            "heartbeat_interval_s": 0.5,
+            "reroute_grace_s": 5.0,
+            "transfer_max_retries": 4,
+            "transfer_retry_backoff_max_s": 2.0,
+            "worker_id": f"{self.prefix}-producer",
+            **overrides,
+        }
         for name, value in FEATURES.items():
             short = name.removeprefix("SOMATIZE_").lower()
             if short in Settings.model_fields:
@@ -172,11 +188,27 @@ class FaultCluster:
 
     def start_redis(self) -> None:
         binary = find_redis_server().path
-        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.aof
-                       else ["--appendonly", "no"])  # fmt: skip
-        argv = [str(binary), "--port", str(self.redis_port), "--bind", "127.0.0.1",
-                "--save", "", *persistence, "--dir", str(self.root / "redis"),
-                "--protected-mode", "yes", "--loglevel", "warning"]  # fmt: skip
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.aof
+            else ["--appendonly", "no"]
+        )
+        argv = [
+            str(binary),
+            "--port",
+            str(self.redis_port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            *persistence,
+            "--dir",
+            str(self.root / "redis"),
+            "--protected-mode",
+            "yes",
+            "--loglevel",
+            "warning",
+        ]
         self.redis = self._spawn("redis", argv, clean_environment({}))
         if not wait_until(lambda: answers(self.redis_url), 10):
             raise RuntimeError(f"redis-server did not start:\n{self.redis.tail()}")
@@ -208,22 +240,46 @@ class FaultCluster:
         self.s3().create_bucket(Bucket=BUCKET)
 
     def s3(self) -> Any:
-        return boto3.client("s3", endpoint_url=self.s3_url, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing-secret")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing-secret",
+        )
 
     def mount_tiny_cache(self, name: str, size_mb: int) -> None:
         """A ``size_mb`` tmpfs as ``name``'s cache (needs root and mount)."""
         target = self.root / "cache" / self.worker_id(name)
         target.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
+            check=True,
+            capture_output=True,
+        )
         self.mounts.append(target)
 
     def start_worker(self, name: str) -> Proc:
         worker_id = self.worker_id(name)
-        argv = [sys.executable, "-m", "somatize_tasks", "worker", "--worker-id", worker_id,
-                "--no-gpu", "--nodes", NODES, "--tags", self.tags[name], "--concurrency", "2",
-                "--loglevel", "info", "--without-mingle", "--without-gossip"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "somatize_tasks",
+            "worker",
+            "--worker-id",
+            worker_id,
+            "--no-gpu",
+            "--nodes",
+            NODES,
+            "--tags",
+            self.tags[name],
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+        ]
         proc = self._spawn(worker_id, argv, self.env())
         self.workers[name] = proc
         return proc
@@ -237,8 +293,9 @@ class FaultCluster:
                 if not self.workers[name].alive():
                     raise RuntimeError(f"worker {name} exited:\n{self.workers[name].tail()}")
             live = {seen.info.id for seen in registry.live()}
-            return all(i in live and " ready." in self.workers[n].tail(10**6)
-                       for i, n in ids.items())  # fmt: skip
+            return all(
+                i in live and " ready." in self.workers[n].tail(10**6) for i, n in ids.items()
+            )
 
         if not wait_until(ready, timeout_s, 0.1):
             raise RuntimeError(f"workers {sorted(ids.values())} did not come up")

@@ -57,29 +57,68 @@ ROWS = [
     Row("pinned", "node pinned to a SIGKILLed worker", pinned_dead, 40, may_fail=True),
     Row("upload", "SIGKILL mid-upload (24 MB, S3)", mid_upload, 60),
     Row("download", "SIGKILL mid-download (24 MB, S3)", mid_download, 60, tags=DST_SPARE),
-    Row("producer_before", "producer killed before submit_plan returns (400 branches)",
-        producer_killed(before_return=True), 60),
-    Row("producer_after", "producer killed after submit_plan returns (400 branches)",
-        producer_killed(before_return=False), 60),
+    Row(
+        "producer_before",
+        "producer killed before submit_plan returns (400 branches)",
+        producer_killed(before_return=True),
+        60,
+    ),
+    Row(
+        "producer_after",
+        "producer killed after submit_plan returns (400 branches)",
+        producer_killed(before_return=False),
+        60,
+    ),
     Row("completion", "SIGKILL just after a completion is recorded", completion_window, 60),
-    Row("final_output", "final output only on a worker SIGKILLed after the run", final_output_lost,
-        30),
-    Row("redis_aof", "Redis SIGKILLed and restarted, AOF (fsync always)", redis_restart, 60,
-        aof=True),
-    Row("redis_nopersist", "Redis SIGKILLed and restarted, no persistence", redis_restart, 40,
-        may_fail=True),
+    Row(
+        "final_output",
+        "final output only on a worker SIGKILLed after the run",
+        final_output_lost,
+        30,
+    ),
+    Row(
+        "redis_aof",
+        "Redis SIGKILLed and restarted, AOF (fsync always)",
+        redis_restart,
+        60,
+        aof=True,
+    ),
+    Row(
+        "redis_nopersist",
+        "Redis SIGKILLed and restarted, no persistence",
+        redis_restart,
+        40,
+        may_fail=True,
+    ),
     Row("s3_paused", "S3 down: moto SIGSTOPped 8 s, then SIGCONT", s3_paused, 60),
-    Row("disk_full", "disk full: 4 MB output, 2 MB tmpfs cache", disk_full, 40, may_fail=True,
-        tiny_disk_mb=2),
+    Row(
+        "disk_full",
+        "disk full: 4 MB output, 2 MB tmpfs cache",
+        disk_full,
+        40,
+        may_fail=True,
+        tiny_disk_mb=2,
+    ),
     Row("producers3", "30 runs from 3 producers, a worker SIGKILLed", three_producers, 90),
     Row("poison", "poison node (kills its worker; workers restarted)", poison, 60, may_fail=True),
-    Row("malformed", "malformed message on a busy worker's queue", malformed, 60,
-        keeps_workers=True),
-    Row("forged_node", "forged node message, input [\"FORGED\"], no key", forged_node, 40,
-        keeps_workers=True),
-    Row("forged_failed", "forged somatize.run.transfer_failed, no key", forged_transfer_failed,
-        40, keeps_workers=True),
-]  # fmt: skip
+    Row(
+        "malformed", "malformed message on a busy worker's queue", malformed, 60, keeps_workers=True
+    ),
+    Row(
+        "forged_node",
+        'forged node message, input ["FORGED"], no key',
+        forged_node,
+        40,
+        keeps_workers=True,
+    ),
+    Row(
+        "forged_failed",
+        "forged somatize.run.transfer_failed, no key",
+        forged_transfer_failed,
+        40,
+        keeps_workers=True,
+    ),
+]
 BY_KEY = {row.key: row for row in ROWS}
 COLUMNS = ("fault", "runs", *KINDS, "workers lost", "time to recover", "verdict")
 
@@ -118,8 +157,14 @@ class RowResult:
 
     def cells(self) -> list[str]:
         counts = self.counts()
-        return [self.row.title, str(self.runs), *(str(counts[k]) for k in KINDS),
-                str(self.lost), self.recover(), self.verdict()]  # fmt: skip
+        return [
+            self.row.title,
+            str(self.runs),
+            *(str(counts[k]) for k in KINDS),
+            str(self.lost),
+            self.recover(),
+            self.verdict(),
+        ]
 
 
 def run_row(row: Row, reps: int, bound: float, deadline: float) -> RowResult:
@@ -146,8 +191,10 @@ def run_row(row: Row, reps: int, bound: float, deadline: float) -> RowResult:
                 took = "-" if outcome.seconds is None else f"{outcome.seconds:.1f}s"
                 print(f"  {row.key} #{rep}: {outcome.kind} ({took}){mark}", flush=True)
             kinds = Counter(o.kind for o in outcomes)
-            print(f"  {row.key} #{rep}: {dict(kinds)} in {time.monotonic() - started:.0f} s",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {row.key} #{rep}: {dict(kinds)} in {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
             if not revive(cluster, result):
                 break
         cluster.note_deaths()
@@ -170,8 +217,9 @@ def revive(cluster: FaultCluster, result: RowResult) -> bool:
     except RuntimeError as exc:
         first = str(exc).splitlines()[0]
     purged = cluster.purge_dead_queues()
-    result.note = (f"{first} at restart; purged the queue(s) of {', '.join(purged)}; "
-                   + result.note).strip("; ")  # fmt: skip
+    result.note = (
+        f"{first} at restart; purged the queue(s) of {', '.join(purged)}; " + result.note
+    ).strip("; ")
     try:
         cluster.revive()
         return True
@@ -183,8 +231,9 @@ def revive(cluster: FaultCluster, result: RowResult) -> bool:
 def table(results: list[RowResult]) -> str:
     rows = [list(COLUMNS), *(r.cells() for r in results)]
     widths = [max(len(line[i]) for line in rows) for i in range(len(COLUMNS))]
-    lines = [" | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
-             for line in rows]  # fmt: skip
+    lines = [
+        " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in rows
+    ]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -197,10 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each fault")
     parser.add_argument("--only", default="", help="comma-separated row keys (see --list)")
-    parser.add_argument("--timeout", type=float, help="hung bound of every run, in seconds "
-                        "(default: each row's own)")  # fmt: skip
-    parser.add_argument("--budget", type=float, default=1500.0,
-                        help="stop starting repetitions after this many seconds in all")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        help="hung bound of every run, in seconds (default: each row's own)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=1500.0,
+        help="stop starting repetitions after this many seconds in all",
+    )
     parser.add_argument("--list", action="store_true", help="list the rows and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -212,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown rows {', '.join(unknown)}; --list names them")
     start = time.monotonic()
-    print(f"fault matrix: {len(keys)} rows x {args.reps} reps, {os.cpu_count()} cores, {load()}",
-          flush=True)  # fmt: skip
+    print(
+        f"fault matrix: {len(keys)} rows x {args.reps} reps, {os.cpu_count()} cores, {load()}",
+        flush=True,
+    )
     results = []
     with interrupts_raise():
         try:

@@ -116,8 +116,11 @@ class Waiter:
             status = self.run.status()
         except Exception as exc:  # the state may be gone; say so rather than fail the row
             return f"status unreadable: {type(exc).__name__}"
-        open_nodes = [f"{node} {info.state}@{info.worker}" for node, info in status.nodes.items()
-                      if info.state in ("pending", "running")]  # fmt: skip
+        open_nodes = [
+            f"{node} {info.state}@{info.worker}"
+            for node, info in status.nodes.items()
+            if info.state in ("pending", "running")
+        ]
         shown = listing(open_nodes, most=6)
         return f"run {status.state}; waits on: {shown or 'nothing pending or running'}"
 
@@ -137,8 +140,9 @@ class Waiter:
         return judge_error(self._error, self.expect, took, self.bound_s)
 
 
-def judge_error(error: BaseException, expect: Expectation, took: float | None,
-                bound_s: float) -> Outcome:  # fmt: skip
+def judge_error(
+    error: BaseException, expect: Expectation, took: float | None, bound_s: float
+) -> Outcome:
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, RunTimeoutError):
         return Outcome(HUNG, None, f"no end within {bound_s:.0f} s")

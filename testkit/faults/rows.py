@@ -73,19 +73,19 @@ DEADLINE: dict[str, Any] = (
 )
 
 
-def submit(c: FaultCluster, plan: dict[str, Any], params: dict[str, Any], *,
-           local: bool = True) -> PlanRun:  # fmt: skip
+def submit(
+    c: FaultCluster, plan: dict[str, Any], params: dict[str, Any], *, local: bool = True
+) -> PlanRun:
     """Submit to the cluster, the expected output computed first (``local``: a
     local run takes the nodes' time, and must not delay the fault)."""
     if local:
         expected(plan, params)
-    return submit_plan(plan, params=params, settings=c.settings(), require_workers=True,
-                       **DEADLINE)  # fmt: skip
+    return submit_plan(plan, params=params, settings=c.settings(), require_workers=True, **DEADLINE)
 
 
-
-def waiter(run: PlanRun, plan: dict[str, Any], params: dict[str, Any], bound: float,
-           **expect: Any) -> Waiter:  # fmt: skip
+def waiter(
+    run: PlanRun, plan: dict[str, Any], params: dict[str, Any], bound: float, **expect: Any
+) -> Waiter:
     return Waiter(run, Expectation(output=expected(plan, params), **expect), bound).start()
 
 
@@ -105,8 +105,13 @@ def when_busy(c: FaultCluster, run: PlanRun, done: int = 1, timeout_s: float = 3
 
     def ready() -> bool:
         status = run.status()
-        found[:] = sorted({n for s in status.nodes.values()
-                           if s.state == "running" and (n := c.name_of(s.worker))})  # fmt: skip
+        found[:] = sorted(
+            {
+                n
+                for s in status.nodes.values()
+                if s.state == "running" and (n := c.name_of(s.worker))
+            }
+        )
         return (bool(found) and status.done >= done) or status.state != "running"
 
     wait_until(ready, timeout_s, 0.03)
@@ -135,8 +140,10 @@ def kill_workers(count: int) -> RowFn:
         outcome = w.outcome()
         if outcome.kind != "correct":
             final = run.status().nodes["fm_join"]
-            outcome.detail += (f" [killed {', '.join(victims)}; fm_join {final.state} on "
-                               f"{c.name_of(final.worker)}]")
+            outcome.detail += (
+                f" [killed {', '.join(victims)}; fm_join {final.state} on "
+                f"{c.name_of(final.worker)}]"
+            )
         return [outcome]
 
     return row
@@ -158,8 +165,9 @@ def sigstop(c: FaultCluster, bound: float) -> list[Outcome]:
 def pinned_dead(c: FaultCluster, bound: float) -> list[Outcome]:
     """A node pinned (WorkerId) to a worker that is SIGKILLed while running it."""
     target = {"WorkerId": c.worker_id("w1")}
-    plan = seq(ex("fm_inc"), {"Remote": {"node_id": "fm_inc_2", "target": target,
-                                         "plan": ex("fm_inc_2")}})  # fmt: skip
+    plan = seq(
+        ex("fm_inc"), {"Remote": {"node_id": "fm_inc_2", "target": target, "plan": ex("fm_inc_2")}}
+    )
     params = {"fm_inc_2": {"s": 3.0}}
     run = submit(c, plan, params)
     w = waiter(run, plan, params, bound, clear=r"(?is)fm_inc_2.*(no live worker|dead|died)")
@@ -172,8 +180,9 @@ def pinned_dead(c: FaultCluster, bound: float) -> list[Outcome]:
 def completion_window(c: FaultCluster, bound: float) -> list[Outcome]:
     """The worker that records ``fm_trip``'s completion is SIGKILLed right after
     (``testkit.nodes.faults_nodes``), before it can publish what that made ready."""
-    plan = seq(ex("fm_inc"), ex("fm_trip"), par(*[ex(f"fm_inc_{i}") for i in range(2, 6)]),
-               ex("fm_join"))  # fmt: skip
+    plan = seq(
+        ex("fm_inc"), ex("fm_trip"), par(*[ex(f"fm_inc_{i}") for i in range(2, 6)]), ex("fm_join")
+    )
     params: dict[str, Any] = {}
     run = submit(c, plan, params)
     w = waiter(run, plan, params, bound)

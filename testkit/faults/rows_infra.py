@@ -42,8 +42,9 @@ def wide_plan(width: int = 400) -> tuple[dict[str, Any], dict[str, Any]]:
     return plan, {f"fm_leaf_{i}": {"i": i} for i in range(2, width + 2)}
 
 
-def start_producer(c: FaultCluster, plan: dict[str, Any], params: dict[str, Any],
-                   count: int = 1) -> Proc:  # fmt: skip
+def start_producer(
+    c: FaultCluster, plan: dict[str, Any], params: dict[str, Any], count: int = 1
+) -> Proc:
     name = f"producer-{uuid.uuid4().hex[:6]}"
     path = c.root / f"{name}.json"
     path.write_text(json.dumps({"plan": plan, "params": params}))
@@ -155,8 +156,13 @@ def disk_full(c: FaultCluster, bound: float) -> list[Outcome]:
     plan = seq(remote("small", ex("fm_big")), ex("fm_digest"))
     params = {"fm_big": {"mb": 4}}
     run = submit(c, plan, params)
-    w = waiter(run, plan, params, bound,
-               clear=r"(?is)fm_big.*(no space left|ENOSPC|disk (is )?full|Errno 28)")
+    w = waiter(
+        run,
+        plan,
+        params,
+        bound,
+        clear=r"(?is)fm_big.*(no space left|ENOSPC|disk (is )?full|Errno 28)",
+    )
     w.mark_fault()
     return [w.outcome()]
 
@@ -169,8 +175,9 @@ def poison(c: FaultCluster, bound: float) -> list[Outcome]:
     a supervisor, so only a limit on the node's deaths ends the cascade."""
     plan = seq(ex("fm_inc"), par(ex("fm_poison"), ex("fm_inc_2")), ex("fm_echo"))
     run = submit(c, plan, {}, local=False)  # fm_poison would kill this process
-    w = Waiter(run, Expectation(output=object(), clear=r"(?is)fm_poison.*(died|killed|death|lost)"),
-               bound).start()  # fmt: skip
+    w = Waiter(
+        run, Expectation(output=object(), clear=r"(?is)fm_poison.*(died|killed|death|lost)"), bound
+    ).start()
     w.mark_fault()
     until = time.monotonic() + bound + 5
     deaths = 0
@@ -198,13 +205,18 @@ def malformed(c: FaultCluster, bound: float) -> list[Outcome]:
     content_type = "application/json" if malformed.turn % 2 else ""  # type: ignore[attr-defined]
     body = b"[1]" if content_type else b'{"run_id": "x"}'
     envelope = {
-        "body": base64.b64encode(body).decode(), "content-encoding": "utf-8",
+        "body": base64.b64encode(body).decode(),
+        "content-encoding": "utf-8",
         "content-type": content_type,
         "headers": {"lang": "py", "task": NODE_TASK, "id": uuid.uuid4().hex},
-        "properties": {"delivery_mode": 2, "priority": 0, "body_encoding": "base64",
-                       "delivery_info": {"exchange": "", "routing_key": c.queue(victim)},
-                       "delivery_tag": uuid.uuid4().hex},
-    }  # fmt: skip
+        "properties": {
+            "delivery_mode": 2,
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_info": {"exchange": "", "routing_key": c.queue(victim)},
+            "delivery_tag": uuid.uuid4().hex,
+        },
+    }
     c.redis_client().lpush(c.queue(victim), json.dumps(envelope))
     w.mark_fault()
     outcome = w.outcome()
@@ -232,9 +244,16 @@ def forged_node(c: FaultCluster, bound: float) -> list[Outcome]:
     assert program is not None
     block = next(b for b in program.blocks if b.task_node_ids() == ["fm_echo"])
     worker = c.name_of(block.worker_id) or "w1"
-    forger(c).send_task(NODE_TASK, queue=c.queue(worker), kwargs={
-        "run_id": run.id, "block": block.index, "epoch": 0, "input": {"value": FORGED},
-    })  # fmt: skip
+    forger(c).send_task(
+        NODE_TASK,
+        queue=c.queue(worker),
+        kwargs={
+            "run_id": run.id,
+            "block": block.index,
+            "epoch": 0,
+            "input": {"value": FORGED},
+        },
+    )
     w.mark_fault()
     return [w.outcome()]
 
@@ -253,8 +272,18 @@ def forged_transfer_failed(c: FaultCluster, bound: float) -> list[Outcome]:
 
     wait_until(running, 30, 0.02)
     target = statuses[0]
-    forger(c).send_task(TRANSFER_FAILED_TASK, queue=c.queue(c.name_of(target["worker"]) or "w1"),
-                        args=[{}, "FORGED: chosen text", None, run.id, target["block"],
-                              target["epoch"], target["task_id"]])  # fmt: skip
+    forger(c).send_task(
+        TRANSFER_FAILED_TASK,
+        queue=c.queue(c.name_of(target["worker"]) or "w1"),
+        args=[
+            {},
+            "FORGED: chosen text",
+            None,
+            run.id,
+            target["block"],
+            target["epoch"],
+            target["task_id"],
+        ],
+    )
     w.mark_fault()
     return [w.outcome()]

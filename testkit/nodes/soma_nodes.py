@@ -34,8 +34,10 @@ class NearestCentroid:
     def fit(self, x: Any, y: Any = None) -> dict[str, Any]:
         data, labels = np.asarray(x, dtype=float), np.asarray(y)
         classes = sorted(set(labels.tolist()))
-        return {"classes": classes,
-                "centroids": [data[labels == c].mean(axis=0).tolist() for c in classes]}
+        return {
+            "classes": classes,
+            "centroids": [data[labels == c].mean(axis=0).tolist() for c in classes],
+        }
 
     def forward(self, x: Any, state: dict[str, Any]) -> list[Any]:
         data, centroids = np.asarray(x, dtype=float), np.asarray(state["centroids"])

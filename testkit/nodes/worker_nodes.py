@@ -52,8 +52,9 @@ def plain_sleep(seconds: float) -> float:
 
 
 @shared_task(bind=True, name="somatize.test.put_array")
-def put_array(self: Task[Any, Any], run_id: str, node_id: str, size: int,
-              seed: int) -> dict[str, Any]:
+def put_array(
+    self: Task[Any, Any], run_id: str, node_id: str, size: int, seed: int
+) -> dict[str, Any]:
     store = store_for(settings_of(self.app))
     return store.put(run_id, node_id, 0, make_array(size, seed)).model_dump(mode="json")
 
@@ -64,5 +65,8 @@ def inspect_artifact(self: Task[Any, Any], ref: dict[str, Any]) -> dict[str, Any
     store = store_for(settings_of(self.app))
     artifact = ArtifactRef.model_validate(ref)
     had_local = store.has_local(artifact)
-    return {"had_local": had_local, "digest": digest(store.get(artifact)),
-            "worker_id": store.worker_id}
+    return {
+        "had_local": had_local,
+        "digest": digest(store.get(artifact)),
+        "worker_id": store.worker_id,
+    }

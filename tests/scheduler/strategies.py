@@ -112,8 +112,9 @@ plans: st.SearchStrategy[Any] = shapes.map(materialize)
 @st.composite
 def worker_sets(draw: st.DrawFn, min_size: int = 0, max_size: int = 6) -> list[dict[str, Any]]:
     """Worker heartbeats as JSON: unique ids from ``WORKER_IDS``, in a random order."""
-    ids = draw(st.lists(st.sampled_from(WORKER_IDS), min_size=min_size, max_size=max_size,
-                        unique=True))  # fmt: skip
+    ids = draw(
+        st.lists(st.sampled_from(WORKER_IDS), min_size=min_size, max_size=max_size, unique=True)
+    )
     return [
         {
             "id": worker_id,

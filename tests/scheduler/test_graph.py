@@ -34,8 +34,13 @@ def transfers(plan: Any, preds: dict[str, list[str]]) -> list[tuple[str, str, st
 
 
 def test_a_diamond_has_exactly_one_transfer_per_cross_worker_edge() -> None:
-    plan = {"Sequence": [remote("w1", "a"), {"Parallel": [remote("w1", "b"), remote("w2", "c")]},
-                         remote("w1", "d")]}  # fmt: skip
+    plan = {
+        "Sequence": [
+            remote("w1", "a"),
+            {"Parallel": [remote("w1", "b"), remote("w2", "c")]},
+            remote("w1", "d"),
+        ]
+    }
     preds = {"b": ["a"], "c": ["a"], "d": ["b", "c"]}
     assert sorted(transfers(plan, preds)) == [("a", "c", "w1", "w2"), ("c", "d", "w2", "w1")]
 
@@ -44,8 +49,9 @@ def test_a_skip_edge_is_one_transfer_from_its_real_producer() -> None:
     plan = {"Sequence": [remote("w1", "a"), remote("w2", "b"), remote("w2", "c")]}
     # c reads a (skipping b): the one crossing is a -> c, not b -> c.
     assert transfers(plan, {"b": ["a"], "c": ["a"]}) == [
-        ("a", "b", "w1", "w2"), ("a", "c", "w1", "w2"),
-    ]  # fmt: skip
+        ("a", "b", "w1", "w2"),
+        ("a", "c", "w1", "w2"),
+    ]
     assert transfers(plan, {"c": ["a"]}) == [("a", "c", "w1", "w2")]
 
 
@@ -63,8 +69,9 @@ def test_a_document_loads_from_text_and_keeps_its_graph() -> None:
     assert load_plan_document(ex("a")).predecessors is None
 
 
-LOOP_BODY = {"Loop": {"node_id": "l", "body": {"Sequence": [ex("a"), ex("b")]},
-                      "max_iterations": 2}}  # fmt: skip
+LOOP_BODY = {
+    "Loop": {"node_id": "l", "body": {"Sequence": [ex("a"), ex("b")]}, "max_iterations": 2}
+}
 
 
 @pytest.mark.parametrize(
@@ -75,8 +82,11 @@ LOOP_BODY = {"Loop": {"node_id": "l", "body": {"Sequence": [ex("a"), ex("b")]},
         ({"Parallel": [ex("a"), ex("b")]}, {"b": ["a"]}, "runs in another parallel branch"),
         ({"Sequence": [ex("a"), ex("b")]}, {"a": ["b"]}, "a cycle outside a loop"),
         ({"Sequence": [ex("a")]}, {"a": ["a"]}, "cannot be its own predecessor outside a loop"),
-        ({"Branch": {"node_id": "s", "arms": [["x", ex("a")], ["y", ex("b")]]}}, {"b": ["a"]},
-         "different arms of 'Branch' 's'"),
+        (
+            {"Branch": {"node_id": "s", "arms": [["x", ex("a")], ["y", ex("b")]]}},
+            {"b": ["a"]},
+            "different arms of 'Branch' 's'",
+        ),
         (LOOP_BODY, {"l": ["a"]}, "'a' runs after 'l'"),
         (ex("a"), {"a": "b"}, "predecessors.a: must be a list of node ids"),
     ],

@@ -220,10 +220,14 @@ def test_differentiable_across_a_parallel_boundary_inside_a_branch() -> None:
     wire = {
         "Sequence": [
             ex("embed"),
-            {"Parallel": [{"Sequence": [ex("encoder"), {"Parallel": [ex("decoder"), ex("x")]}]},
-                          ex("other")]},
+            {
+                "Parallel": [
+                    {"Sequence": [ex("encoder"), {"Parallel": [ex("decoder"), ex("x")]}]},
+                    ex("other"),
+                ]
+            },
         ]
-    }  # fmt: skip
+    }
     result = schedule(plan(wire), workers, ["encoder", "decoder"])
     where = _where(result)
     assert where["decoder"] == where["encoder"]

@@ -7,8 +7,9 @@ from tests.scheduler.helpers import ex, plan
 
 
 def test_sequential_same_worker(seed_workers: list[WorkerInfo]) -> None:
-    result = schedule(plan({"Sequence": [ex("normalize"), ex("select"), ex("classify")]}),
-                      seed_workers)  # fmt: skip
+    result = schedule(
+        plan({"Sequence": [ex("normalize"), ex("select"), ex("classify")]}), seed_workers
+    )
     assert [a.node_id for a in result.assignments] == ["normalize", "select", "classify"]
     assert len({a.worker_id for a in result.assignments}) == 1
     assert result.data_transfers == []
@@ -48,7 +49,7 @@ def test_data_transfer_on_split(seed_workers: list[WorkerInfo]) -> None:
     away = [a for a in result.assignments[1:] if a.worker_id != home]
     # Exactly one branch left preprocess's worker, and exactly its edge moves data.
     assert len(away) == 1
-    assert [(t.from_node, t.to_node, t.from_worker, t.to_worker, t.transfer_type)
-            for t in result.data_transfers] == [
-        ("preprocess", away[0].node_id, home, away[0].worker_id, "s3")
-    ]  # fmt: skip
+    assert [
+        (t.from_node, t.to_node, t.from_worker, t.to_worker, t.transfer_type)
+        for t in result.data_transfers
+    ] == [("preprocess", away[0].node_id, home, away[0].worker_id, "s3")]

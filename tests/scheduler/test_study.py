@@ -59,6 +59,8 @@ def test_a_trial_phase_names_every_worker_it_uses() -> None:
     workers = [worker("c1"), worker("g1", tags=("gpu",))]
     result = schedule_study(plan(wire), workers, trials=1)
     assert {a.node_id: a.worker_id for a in result.assignments} == {
-        "prep": "c1", "a": "c1", "g": "g1"
-    }  # fmt: skip
+        "prep": "c1",
+        "a": "c1",
+        "g": "g1",
+    }
     assert result.phases[0].worker_ids == ["c1", "g1"]

@@ -27,28 +27,48 @@ INVALID: list[tuple[Any, str, str]] = [
     ({"Execute": {}}, "Execute.node_id", "field required"),
     ({"Execute": {"node_id": 3}}, "Execute.node_id", "valid string"),
     ({"Execute": {"node_id": ""}}, "Execute.node_id", "at least 1 character"),
-    ({"Parallel": [ex("a"), {"Sequence": [ex("b"), ex("a")]}]}, "Parallel[1].Sequence[1].Execute",
-     "node id 'a' is used twice"),
-    ({"Branch": {"node_id": "r", "arms": [["x", ex("a")], ["x", ex("b")]]}}, "Branch.arms[1]",
-     "two arms labelled 'x'"),
+    (
+        {"Parallel": [ex("a"), {"Sequence": [ex("b"), ex("a")]}]},
+        "Parallel[1].Sequence[1].Execute",
+        "node id 'a' is used twice",
+    ),
+    (
+        {"Branch": {"node_id": "r", "arms": [["x", ex("a")], ["x", ex("b")]]}},
+        "Branch.arms[1]",
+        "two arms labelled 'x'",
+    ),
     ({"Stream": {"node_ids": ["a"], "chunk_size": 0}}, "Stream.chunk_size", "greater than 0"),
-    ({"Loop": {"node_id": "l", "body": ex("a"), "max_iterations": -1}}, "Loop.max_iterations",
-     "greater than or equal to 0"),
-    ({"Loop": {"node_id": "l", "body": ex("a"), "until": {"type": "WhenSignaled"}}},
-     "Loop.until", "needs the signalling 'node'"),
-    ({"Loop": {"node_id": "l", "body": ex("a"), "carry_from": "zz"}}, "Loop.carry_from",
-     "not a node of the plan"),
-    ({"Remote": {"node_id": "r", "target": {"Tag": "g", "WorkerId": "w"}, "plan": ex("a")}},
-     "Remote.target", "exactly one of"),
+    (
+        {"Loop": {"node_id": "l", "body": ex("a"), "max_iterations": -1}},
+        "Loop.max_iterations",
+        "greater than or equal to 0",
+    ),
+    (
+        {"Loop": {"node_id": "l", "body": ex("a"), "until": {"type": "WhenSignaled"}}},
+        "Loop.until",
+        "needs the signalling 'node'",
+    ),
+    (
+        {"Loop": {"node_id": "l", "body": ex("a"), "carry_from": "zz"}},
+        "Loop.carry_from",
+        "not a node of the plan",
+    ),
+    (
+        {"Remote": {"node_id": "r", "target": {"Tag": "g", "WorkerId": "w"}, "plan": ex("a")}},
+        "Remote.target",
+        "exactly one of",
+    ),
     ({"Composite": {"node_ids": []}}, "Composite.node_ids", "at least 1 item"),
     ({"Step": {"node_id": "s", "handoffs": [["h"]]}}, "Step.handoffs[0][1]", "field required"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("wire", "path", "words"), INVALID)
 def test_invalid_plan_names_the_path(wire: Any, path: str, words: str) -> None:
-    for load in (ExecutionPlan.model_validate, lambda w: ExecutionPlan.model_validate_json(
-            json.dumps(w))):  # fmt: skip
+    for load in (
+        ExecutionPlan.model_validate,
+        lambda w: ExecutionPlan.model_validate_json(json.dumps(w)),
+    ):
         with pytest.raises(PlanValidationError) as caught:
             load(wire)
         problem = caught.value.problems[0]
@@ -72,8 +92,9 @@ def test_every_problem_is_reported_not_just_the_first() -> None:
     with pytest.raises(PlanValidationError) as caught:
         ExecutionPlan.model_validate(wire)
     assert [p.path for p in caught.value.problems] == [
-        "Sequence[0].Execute.node_id", "Sequence[1].Stream.chunk_size"
-    ]  # fmt: skip
+        "Sequence[0].Execute.node_id",
+        "Sequence[1].Stream.chunk_size",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -94,18 +115,45 @@ def test_invalid_workers_name_the_path(workers: Any, path: str) -> None:
 # --- fuzzing: junk and mutated documents -----------------------------------------------
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True),
-    st.text(max_size=6), st.sampled_from(["Empty", "Execute", "Loop", "Tag", "node_id", ""]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
+    st.sampled_from(["Empty", "Execute", "Loop", "Tag", "node_id", ""]),
+)
 _keys = st.one_of(
     st.text(max_size=6),
-    st.sampled_from([
-        "Sequence", "Parallel", "Execute", "Step", "Loop", "Branch", "Remote", "Composite",
-        "Stream", "Empty", "node_id", "node_ids", "body", "arms", "handoffs", "target",
-        "plan", "chunk_size", "until", "carry_from", "max_iterations", "Tag", "WorkerId",
-        "type", "node",
-    ]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "Sequence",
+            "Parallel",
+            "Execute",
+            "Step",
+            "Loop",
+            "Branch",
+            "Remote",
+            "Composite",
+            "Stream",
+            "Empty",
+            "node_id",
+            "node_ids",
+            "body",
+            "arms",
+            "handoffs",
+            "target",
+            "plan",
+            "chunk_size",
+            "until",
+            "carry_from",
+            "max_iterations",
+            "Tag",
+            "WorkerId",
+            "type",
+            "node",
+        ]
+    ),
+)
 junk = st.recursive(
     _scalars,
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=3)),

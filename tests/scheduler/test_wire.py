@@ -107,9 +107,18 @@ def test_example_plan_round_trips() -> None:
     again = ExecutionPlan.model_validate(plan.model_dump(mode="json"))
     assert again.model_dump(mode="json") == plan.model_dump(mode="json")
     assert plan.node_ids() == [
-        "load", "normalize", "train_svm", "train_knn", "evaluate",
-        "good_enough", "export", "tune", "adjust", "retrain", "check",
-    ]  # fmt: skip
+        "load",
+        "normalize",
+        "train_svm",
+        "train_knn",
+        "evaluate",
+        "good_enough",
+        "export",
+        "tune",
+        "adjust",
+        "retrain",
+        "check",
+    ]
 
 
 def test_node_ids_order_own_ids_first_then_children() -> None:
@@ -117,24 +126,47 @@ def test_node_ids_order_own_ids_first_then_children() -> None:
         "Step": {
             "node_id": "s",
             "handoffs": [
-                ["a", {"Branch": {"node_id": "b", "arms": [["x", {"Composite": {
-                    "node_ids": ["c1", "c2"]}}]]}}],
-                ["z", {"Remote": {"node_id": "r", "target": {"Tag": "t"}, "plan": {
-                    "Loop": {"node_id": "l", "body": {"Parallel": [
-                        {"Execute": {"node_id": "p1"}}, {"Execute": {"node_id": "p2"}}]}}}}}],
+                [
+                    "a",
+                    {
+                        "Branch": {
+                            "node_id": "b",
+                            "arms": [["x", {"Composite": {"node_ids": ["c1", "c2"]}}]],
+                        }
+                    },
+                ],
+                [
+                    "z",
+                    {
+                        "Remote": {
+                            "node_id": "r",
+                            "target": {"Tag": "t"},
+                            "plan": {
+                                "Loop": {
+                                    "node_id": "l",
+                                    "body": {
+                                        "Parallel": [
+                                            {"Execute": {"node_id": "p1"}},
+                                            {"Execute": {"node_id": "p2"}},
+                                        ]
+                                    },
+                                }
+                            },
+                        }
+                    },
+                ],
             ],
         }
-    }  # fmt: skip
-    assert ExecutionPlan.model_validate(wire).node_ids() == [
-        "s", "b", "c1", "c2", "l", "p1", "p2"
-    ]  # fmt: skip
+    }
+    assert ExecutionPlan.model_validate(wire).node_ids() == ["s", "b", "c1", "c2", "l", "p1", "p2"]
 
 
 def test_models_built_in_python_write_the_wire_form() -> None:
     body = Sequence(steps=[Execute(node_id="a"), Step(node_id="b")])
     loop = Loop(node_id="l", body=body, until=LoopCondition(type="WhenSignaled", node="a"))
-    plan = ExecutionPlan.of(Remote.model_validate(
-        {"node_id": "r", "target": {"Tag": "gpu"}, "plan": loop}))  # fmt: skip
+    plan = ExecutionPlan.of(
+        Remote.model_validate({"node_id": "r", "target": {"Tag": "gpu"}, "plan": loop})
+    )
     assert plan.model_dump(mode="json") == {
         "Remote": {
             "node_id": "r",
@@ -142,20 +174,28 @@ def test_models_built_in_python_write_the_wire_form() -> None:
             "plan": {
                 "Loop": {
                     "node_id": "l",
-                    "body": {"Sequence": [{"Execute": {"node_id": "a"}},
-                                          {"Step": {"node_id": "b"}}]},
+                    "body": {
+                        "Sequence": [{"Execute": {"node_id": "a"}}, {"Step": {"node_id": "b"}}]
+                    },
                     "max_iterations": None,
                     "until": {"type": "WhenSignaled", "node": "a"},
                     "carry_from": None,
                 }
             },
         }
-    }  # fmt: skip
+    }
 
 
 def test_worker_info_round_trip() -> None:
-    wire = {"id": "w1", "name": "GPU-A100", "tags": ["gpu"], "gpu": True,
-            "cpu_cores": 16, "active_jobs": 0, "max_concurrent": 4}  # fmt: skip
+    wire = {
+        "id": "w1",
+        "name": "GPU-A100",
+        "tags": ["gpu"],
+        "gpu": True,
+        "cpu_cores": 16,
+        "active_jobs": 0,
+        "max_concurrent": 4,
+    }
     worker = WorkerInfo.model_validate(wire)
     assert worker.model_dump(mode="json") == wire
     assert WorkerInfo.model_validate_json(json.dumps(wire)) == worker
@@ -170,26 +210,55 @@ def test_worker_reporting_more_jobs_than_slots_is_full_not_negative() -> None:
 
 DISTRIBUTION = {
     "assignments": [
-        {"node_id": "load", "worker_id": "w1", "worker_name": "GPU-A100",
-         "phase": "sequential", "reason": "least loaded worker"},
-        {"node_id": "a", "worker_id": "w2", "worker_name": "CPU", "phase": "parallel",
-         "reason": "most free slots"},
-        {"node_id": "t", "worker_id": "w2", "worker_name": "CPU",
-         "phase": {"trial": {"trial_index": 0, "total": 4}}, "reason": "trial 0 of 4"},
+        {
+            "node_id": "load",
+            "worker_id": "w1",
+            "worker_name": "GPU-A100",
+            "phase": "sequential",
+            "reason": "least loaded worker",
+        },
+        {
+            "node_id": "a",
+            "worker_id": "w2",
+            "worker_name": "CPU",
+            "phase": "parallel",
+            "reason": "most free slots",
+        },
+        {
+            "node_id": "t",
+            "worker_id": "w2",
+            "worker_name": "CPU",
+            "phase": {"trial": {"trial_index": 0, "total": 4}},
+            "reason": "trial 0 of 4",
+        },
     ],
     "phases": [
         {"phase_index": 0, "phase_type": "sequential", "node_ids": ["load"], "worker_ids": ["w1"]},
-        {"phase_index": 1, "phase_type": {"trial": {"trial_index": 0, "total": 4}},
-         "node_ids": ["t"], "worker_ids": ["w2"]},
+        {
+            "phase_index": 1,
+            "phase_type": {"trial": {"trial_index": 0, "total": 4}},
+            "node_ids": ["t"],
+            "worker_ids": ["w2"],
+        },
     ],
     "data_transfers": [
-        {"from_node": "normalize", "to_node": "train_knn", "from_worker": "w1",
-         "to_worker": "w2", "transfer_type": "s3"},
-        {"from_node": "x", "to_node": "y", "from_worker": "w1", "to_worker": "w2",
-         "transfer_type": "direct"},
+        {
+            "from_node": "normalize",
+            "to_node": "train_knn",
+            "from_worker": "w1",
+            "to_worker": "w2",
+            "transfer_type": "s3",
+        },
+        {
+            "from_node": "x",
+            "to_node": "y",
+            "from_worker": "w1",
+            "to_worker": "w2",
+            "transfer_type": "direct",
+        },
     ],
     "warnings": ["careful"],
-}  # fmt: skip
+}
 
 
 def test_distribution_plan_round_trip() -> None:

@@ -64,8 +64,14 @@ def apply_fusion(blocks: list[Block], groups: list[list[str]]) -> None:
         members = [index_of[node_id] for node_id in group]
         parent = blocks[members[0].parent or 0]
         node = Chain.model_construct(node_ids_=list(group))
-        chain = Block(len(blocks), Chain.tag, node, parent.index, members[0].position,
-                      worker_id=members[0].worker_id)  # fmt: skip
+        chain = Block(
+            len(blocks),
+            Chain.tag,
+            node,
+            parent.index,
+            members[0].position,
+            worker_id=members[0].worker_id,
+        )
         blocks.append(chain)
         fused = {m.index for m in members}
         children = [i for i in parent.children if i not in fused or i == members[0].index]

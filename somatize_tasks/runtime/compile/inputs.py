@@ -65,18 +65,24 @@ def _check_shapes(params: Any, ops: Any) -> None:
             raise PlanInputError(_not_mapping("params", params, "objects of keyword parameters"))
         for node_id, given in params.items():
             if not isinstance(given, Mapping):
-                problems.append(f"params for node {node_id!r} must be an object of keyword "
-                                f"parameters, not {type(given).__name__}")  # fmt: skip
+                problems.append(
+                    f"params for node {node_id!r} must be an object of keyword "
+                    f"parameters, not {type(given).__name__}"
+                )
             elif not all(isinstance(name, str) and name for name in given):
                 bad = [name for name in given if not (isinstance(name, str) and name)]
-                problems.append(f"params for node {node_id!r}: parameter names must be "
-                                f"non-empty strings, not {listing(map(repr, bad))}")  # fmt: skip
+                problems.append(
+                    f"params for node {node_id!r}: parameter names must be "
+                    f"non-empty strings, not {listing(map(repr, bad))}"
+                )
     if ops is not None:
         if not isinstance(ops, Mapping):
             raise PlanInputError(_not_mapping("ops", ops, "catalog names"))
-        problems += [f"ops for node {node_id!r} must be a catalog name, not {name!r}"[:200]
-                     for node_id, name in ops.items()
-                     if not (isinstance(name, str) and name)]  # fmt: skip
+        problems += [
+            f"ops for node {node_id!r} must be a catalog name, not {name!r}"[:200]
+            for node_id, name in ops.items()
+            if not (isinstance(name, str) and name)
+        ]
     if problems:
         raise PlanInputError(listing(problems, sep="; "))
 
@@ -97,8 +103,9 @@ def _check_json(what: str, value: Any) -> None:
 def _check_signatures(params: Mapping[str, Any], ops: Mapping[str, str], catalog: Catalog) -> None:
     problems: list[str] = []
     for node_id, given in params.items():
-        entry = next((catalog.get(name) for name in catalog_names(node_id, ops)
-                      if name in catalog), None)  # fmt: skip
+        entry = next(
+            (catalog.get(name) for name in catalog_names(node_id, ops) if name in catalog), None
+        )
         problem = None if entry is None else params_problem(entry, given)
         if problem is not None:
             problems.append(f"node '{node_id}': {problem}")

@@ -212,8 +212,7 @@ def compile_program(
 def final_nodes(plan: ExecutionPlan, blocks: list[Block]) -> frozenset[str]:
     """The plan's exit nodes (what its output is made of, by the data-flow rules), and
     every Loop's ``carry_from``, whose value a loop at the end passes on."""
-    carried = {b.node.carry_from for b in blocks
-               if isinstance(b.node, Loop) and b.node.carry_from}  # fmt: skip
+    carried = {b.node.carry_from for b in blocks if isinstance(b.node, Loop) and b.node.carry_from}
     return frozenset(exit_nodes(plan)) | carried
 
 

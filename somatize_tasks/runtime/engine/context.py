@@ -35,8 +35,19 @@ from somatize_tasks.workers.reservations import Reservations
 
 PROGRAM_CACHE_SIZE = 128
 #: What a run's meta holds that its program is compiled from (see ``_compile``).
-PROGRAM_FIELDS = ("plan", "distribution", "params", "ops", "version", "time_limits",
-                  "predecessors", "mode", "labels", "states", "fused")  # fmt: skip
+PROGRAM_FIELDS = (
+    "plan",
+    "distribution",
+    "params",
+    "ops",
+    "version",
+    "time_limits",
+    "predecessors",
+    "mode",
+    "labels",
+    "states",
+    "fused",
+)
 PRODUCER = "producer"
 
 
@@ -178,9 +189,13 @@ def run_context(app: Celery, settings: Settings, worker_id: str | None = None) -
         context = _contexts.get(key)
         if context is None:
             context = _contexts[key] = RunContext(
-                app=app, settings=settings, worker_id=wid, redis=redis_client(settings),
-                keys=RedisKeys(settings.key_prefix), store=store_for(settings, wid),
-            )  # fmt: skip
+                app=app,
+                settings=settings,
+                worker_id=wid,
+                redis=redis_client(settings),
+                keys=RedisKeys(settings.key_prefix),
+                store=store_for(settings, wid),
+            )
         return context
 
 

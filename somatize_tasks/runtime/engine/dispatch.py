@@ -124,16 +124,23 @@ class CeleryDispatcher:
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
-        chains = [TransferChain.plan(ref, worker, ref.get("worker_id") not in self._no_upload)
-                  for ref in missing]  # fmt: skip
+        chains = [
+            TransferChain.plan(ref, worker, ref.get("worker_id") not in self._no_upload)
+            for ref in missing
+        ]
         status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
         if chains:
             status["chain"] = [pair for c in chains for pair in c.watched()]
         self.state.record_dispatch(
-            block.task_node_ids(), block.index, epoch, input_expr, status,
-            missing=len(missing), pipe=records,
+            block.task_node_ids(),
+            block.index,
+            epoch,
+            input_expr,
+            status,
+            missing=len(missing),
+            pipe=records,
             transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
-        )  # fmt: skip
+        )
         return task_id, chains
 
     def _sent_with(
@@ -157,9 +164,13 @@ class CeleryDispatcher:
         return True
 
     def _publish_one(
-        self, block: Block, epoch: int, input_expr: Expr, task_id: str,
+        self,
+        block: Block,
+        epoch: int,
+        input_expr: Expr,
+        task_id: str,
         chains: list[TransferChain],
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not chains:
             self._send(block, epoch, input_expr, task_id)
         for transfer in chains:
@@ -193,10 +204,14 @@ class CeleryDispatcher:
             for item in batch:
                 block, epoch, input_expr = item
                 self.state.record_dispatch(
-                    block.task_node_ids(), block.index, epoch, input_expr,
-                    self._pending(block, epoch, task_id), pipe=records,
+                    block.task_node_ids(),
+                    block.index,
+                    epoch,
+                    input_expr,
+                    self._pending(block, epoch, task_id),
+                    pipe=records,
                     transfer_records=direct[id(item)],
-                )  # fmt: skip
+                )
             sends.append((batch, task_id))
         if not singles and len(sends) <= FOLD_SENDS_MAX:  # a few messages: fold them in
             blocks = [(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch]
@@ -254,9 +269,14 @@ class CeleryDispatcher:
     ) -> dict[str, Any]:
         """The status of a block published (or about to be) under ``task_id``."""
         status: dict[str, Any] = {
-            "state": "pending", "worker": block.worker_id, "block": block.index, "epoch": epoch,
-            "task_id": task_id, "queued_at": time.time(), **self._avoiding,
-        }  # fmt: skip
+            "state": "pending",
+            "worker": block.worker_id,
+            "block": block.index,
+            "epoch": epoch,
+            "task_id": task_id,
+            "queued_at": time.time(),
+            **self._avoiding,
+        }
         if waiting_for:
             status["waiting_for"] = waiting_for
         return status

@@ -162,9 +162,14 @@ class Engine:
         return True
 
     def follow_up(
-        self, bid: int, epoch: int, output: Expr, label: str | None, handoff: str | None,
+        self,
+        bid: int,
+        epoch: int,
+        output: Expr,
+        label: str | None,
+        handoff: str | None,
         worker_id: str = "dispatcher",
-    ) -> None:  # fmt: skip
+    ) -> None:
         """What a recorded task block's completion makes ready. Its dispatches are
         recorded together at the end, with the completion's intent cleared in the same
         round trip, so a death before that leaves the intent for the reaper to redo
@@ -305,11 +310,13 @@ class Engine:
         nodes = block.task_node_ids()
         bad = getattr(error, "__somatize_node__", None) or nodes[0]
         finished: dict[str, list[float]] = getattr(error, "__somatize_finished__", {})
-        self.state.mark_nodes([bad], FAILED, worker_id, epoch,
-                              error=f"{type(error).__name__}: {error}")  # fmt: skip
+        self.state.mark_nodes(
+            [bad], FAILED, worker_id, epoch, error=f"{type(error).__name__}: {error}"
+        )
         for node_id, (started, ended) in finished.items():
-            self.state.mark_nodes([node_id], DONE, worker_id, epoch,
-                                  started_at=started, ended_at=ended)  # fmt: skip
+            self.state.mark_nodes(
+                [node_id], DONE, worker_id, epoch, started_at=started, ended_at=ended
+            )
         others = [n for n in nodes if n != bad and n not in finished]
         if others:
             self.state.mark_nodes(others, CANCELLED, worker_id, epoch)

@@ -18,8 +18,13 @@ from celery import Celery
 
 def unfinished_task_ids(statuses: Iterable[dict[str, Any]]) -> list[str]:
     """The task ids of nodes still pending or running (a batch's id once)."""
-    return sorted({s["task_id"] for s in statuses
-                   if s.get("state") in ("pending", "running") and s.get("task_id")})  # fmt: skip
+    return sorted(
+        {
+            s["task_id"]
+            for s in statuses
+            if s.get("state") in ("pending", "running") and s.get("task_id")
+        }
+    )
 
 
 def revoke_unfinished(app: Celery, raw_statuses: Iterable[bytes]) -> int:

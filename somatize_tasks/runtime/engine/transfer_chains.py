@@ -53,8 +53,10 @@ class TransferChain:
         """The chain's steps, ids chosen now (``upload``: the source puts it in the store)."""
         source = str(ref.get("worker_id") or "")
         steps = [ChainStep(TRANSFER_UPLOAD_TASK, source, uuid())] if upload else []
-        steps += [ChainStep(TRANSFER_DOWNLOAD_TASK, target, uuid()),
-                  ChainStep(INPUT_READY_TASK, target, uuid())]  # fmt: skip
+        steps += [
+            ChainStep(TRANSFER_DOWNLOAD_TASK, target, uuid()),
+            ChainStep(INPUT_READY_TASK, target, uuid()),
+        ]
         return cls(ref, target, tuple(steps))
 
     def watched(self) -> list[list[str]]:
@@ -66,28 +68,43 @@ class TransferChain:
         source = self.ref.get("worker_id")
         shown = f"run={run_id} node={self.ref['node_id']} {source}->{self.target}"
         route = f"{self.ref['node_id']} {source}->{self.target}"
-        names = {TRANSFER_UPLOAD_TASK: "upload", TRANSFER_DOWNLOAD_TASK: "download",
-                 INPUT_READY_TASK: "ready"}  # fmt: skip
+        names = {
+            TRANSFER_UPLOAD_TASK: "upload",
+            TRANSFER_DOWNLOAD_TASK: "download",
+            INPUT_READY_TASK: "ready",
+        }
         ready_args = (run_id, block.index, epoch, self.ref, task_id)
         steps = [
             app.signature(
-                step.task, args=ready_args if step.task == INPUT_READY_TASK else (self.ref,),
-                immutable=True, queue=queue_name(step.worker), task_id=step.task_id,
-                argsrepr=shown, ignore_result=True, shadow=f"transfer:{names[step.task]} {route}",
+                step.task,
+                args=ready_args if step.task == INPUT_READY_TASK else (self.ref,),
+                immutable=True,
+                queue=queue_name(step.worker),
+                task_id=step.task_id,
+                argsrepr=shown,
+                ignore_result=True,
+                shadow=f"transfer:{names[step.task]} {route}",
             )
             for step in self.steps
-        ]  # fmt: skip
+        ]
         transfer = chain(*steps)
         # Fails the run, naming the store's error.
-        transfer.link_error(app.signature(TRANSFER_FAILED_TASK,
-                                          args=(run_id, block.index, epoch, task_id)))  # fmt: skip
+        transfer.link_error(
+            app.signature(TRANSFER_FAILED_TASK, args=(run_id, block.index, epoch, task_id))
+        )
         return transfer
 
 
 def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
     """One line of a run's transfer log (status, timeline)."""
-    return json.dumps({
-        "from_node": ref["node_id"], "to_node": block.task_node_ids()[0],
-        "from_worker": ref.get("worker_id"), "to_worker": worker,
-        "transfer_type": kind, "bytes": ref.get("size", 0), "at": time.time(),
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "from_node": ref["node_id"],
+            "to_node": block.task_node_ids()[0],
+            "from_worker": ref.get("worker_id"),
+            "to_worker": worker,
+            "transfer_type": kind,
+            "bytes": ref.get("size", 0),
+            "at": time.time(),
+        }
+    )

@@ -47,15 +47,18 @@ def encode_bundle(states: Mapping[str, Any], run_id: str | None = None) -> dict[
             "data": base64.b64encode(buffer.getvalue()).decode("ascii"),
         }
     return {
-        "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "run_id": run_id,
-        "created_at": time.time(), "states": encoded,
-    }  # fmt: skip
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "run_id": run_id,
+        "created_at": time.time(),
+        "states": encoded,
+    }
 
 
 def decode_bundle(bundle: Any, source: str = "states bundle") -> dict[str, Any]:
     """The states in a bundle, node id to value; an error names what is wrong."""
     if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
-        raise StatesError(f"{source} is not a states bundle (no \"format\": \"{BUNDLE_FORMAT}\")")
+        raise StatesError(f'{source} is not a states bundle (no "format": "{BUNDLE_FORMAT}")')
     if bundle.get("version") != BUNDLE_VERSION:
         raise StatesError(
             f"{source} has version {bundle.get('version')!r}; this version reads {BUNDLE_VERSION}"
@@ -97,8 +100,9 @@ def read_bundle(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise StatesError(f"cannot read states file {str(path)!r}: {exc.strerror}") from None
     if text_too_deep(text) is not None:
-        raise StatesError(f"states file {str(path)!r} nests JSON more than "
-                          f"{MAX_JSON_DEPTH} levels deep")  # fmt: skip
+        raise StatesError(
+            f"states file {str(path)!r} nests JSON more than {MAX_JSON_DEPTH} levels deep"
+        )
     try:
         bundle = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -92,9 +92,13 @@ class PlanRun:
     """A submitted run. Build it with ``submit_plan`` or :meth:`attach`."""
 
     def __init__(
-        self, run_id: str, context: RunContext, distribution: DistributionPlan,
-        *, submitted: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        run_id: str,
+        context: RunContext,
+        distribution: DistributionPlan,
+        *,
+        submitted: bool = False,
+    ) -> None:
         self.id = run_id
         self.distribution = distribution
         self._context = context
@@ -135,8 +139,15 @@ class PlanRun:
     def status(self) -> RunStatus:
         client, state = self._context.redis, self._state
         pipe = client.pipeline()
-        pipe.hmget(state.meta, "status", "error", "created_at", "finished_at", "node_ids",
-                   FIELDS["transfers"])  # fmt: skip
+        pipe.hmget(
+            state.meta,
+            "status",
+            "error",
+            "created_at",
+            "finished_at",
+            "node_ids",
+            FIELDS["transfers"],
+        )
         pipe.hgetall(state.nodes)
         pipe.lrange(state.transfers, 0, -1)
         meta, nodes_raw, transfers = reaching_redis(self._context.settings, pipe.execute)
@@ -159,12 +170,14 @@ class PlanRun:
                 if node.state in ("pending", "running"):
                     node.state = CANCELLED
         return RunStatus(
-            run_id=self.id, state=run_state, nodes=nodes,
+            run_id=self.id,
+            state=run_state,
+            nodes=nodes,
             error=json.loads(meta[1]) if meta[1] else None,
             created_at=float(meta[2]) if meta[2] else None,
             finished_at=float(meta[3]) if meta[3] else None,
             transfers=[json.loads(t) for t in transfers],
-        )  # fmt: skip
+        )
 
     def progress(self) -> Progress:
         client, state = self._context.redis, self._state
@@ -213,8 +226,9 @@ class PlanRun:
             budget_s = max(0.0, min(budget_s, deadline - time.monotonic()))
         client = self._context.redis
         settings = self._context.settings
-        return reaching_redis(settings, lambda: through_redis_outages(
-            client, budget_s, call, f"run {self.id}: wait"))  # fmt: skip
+        return reaching_redis(
+            settings, lambda: through_redis_outages(client, budget_s, call, f"run {self.id}: wait")
+        )
 
     def _ending(self) -> tuple[str | None, bytes | None, bytes | None]:
         """The run's status with its output and error (set when it ends): one round trip."""

@@ -115,11 +115,15 @@ def run_local(
     store = MemoryValueStore()
     chosen = run_mode(document.plan, mode, states is not None, y is not None)
     program = compile_program(
-        document.plan, params=params, ops=ops, local_worker=LOCAL_WORKER,
-        predecessors=document.predecessors, mode=chosen,
+        document.plan,
+        params=params,
+        ops=ops,
+        local_worker=LOCAL_WORKER,
+        predecessors=document.predecessors,
+        mode=chosen,
         labels=None if y is None else _put(store, run_id, "__labels__", y),
         states={n: _put(store, run_id, STATE_PREFIX + n, v) for n, v in (states or {}).items()},
-    )  # fmt: skip
+    )
     input_expr = value_expr(input)
     state = MemoryRunState(input_expr)
     work = _WorkList()
@@ -132,10 +136,15 @@ def run_local(
         state.mark_nodes(block.task_node_ids(), "running", LOCAL_WORKER, epoch)
         try:
             result = run_block(
-                program, block, run_id, epoch, input_expr,
-                store=store, catalog=default_catalog if catalog is None else catalog,
+                program,
+                block,
+                run_id,
+                epoch,
+                input_expr,
+                store=store,
+                catalog=default_catalog if catalog is None else catalog,
                 worker_id=LOCAL_WORKER,
-            )  # fmt: skip
+            )
         except Exception as exc:
             engine.node_failed(block, epoch, exc, LOCAL_WORKER)
             break
@@ -150,12 +159,16 @@ def run_local(
 
 
 def _past_deadline(
-    state: MemoryRunState, run_id: str, document: PlanDocument, started: float,
+    state: MemoryRunState,
+    run_id: str,
+    document: PlanDocument,
+    started: float,
     deadline_s: float,
-) -> bool:  # fmt: skip
+) -> bool:
     """Fail the run if its deadline passed (the same error as on workers)."""
-    failure = past_deadline(run_id, started + deadline_s, deadline_s, state.nodes,
-                            document.plan.node_ids(), time.time())  # fmt: skip
+    failure = past_deadline(
+        run_id, started + deadline_s, deadline_s, state.nodes, document.plan.node_ids(), time.time()
+    )
     if failure is None:
         return False
     state.finish(FAILED, error=failure.detail())

@@ -69,11 +69,15 @@ class OutputReader:
                 raise OutputUnavailableError(
                     f"run {self.run_id}: the output of node '{artifact.node_id}' is held by "
                     f"worker '{holder}', which did not hand it over in time (it is alive but "
-                    "busy, or stuck)", node_id=artifact.node_id, worker_id=holder,
-                )  # fmt: skip
+                    "busy, or stuck)",
+                    node_id=artifact.node_id,
+                    worker_id=holder,
+                )
             try:
-                pending.get(timeout=POLL_S if left is None else min(POLL_S, left),
-                            disable_sync_subtasks=False)  # fmt: skip
+                pending.get(
+                    timeout=POLL_S if left is None else min(POLL_S, left),
+                    disable_sync_subtasks=False,
+                )
                 return
             except CeleryTimeoutError:
                 self._check_alive(artifact.node_id, holder)
@@ -87,5 +91,7 @@ class OutputReader:
             f"run {self.run_id}: the output of node '{node_id}' lived only in the cache of "
             f"worker '{holder}', which is gone (no heartbeat); it cannot be read any more. "
             "Resubmit the run (a run's final output is kept in the shared store and "
-            "survives this)", node_id=node_id, worker_id=holder,
-        )  # fmt: skip
+            "survives this)",
+            node_id=node_id,
+            worker_id=holder,
+        )

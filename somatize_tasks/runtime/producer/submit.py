@@ -37,7 +37,7 @@ from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import (
     NoWorkersError,
     PlanInputError,  # noqa: F401 - re-exported (its old home)
-    )
+)
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
 from somatize_tasks.runtime.compile.limits import RunLimits
 from somatize_tasks.runtime.compile.modes import run_mode
@@ -167,8 +167,9 @@ def check_request(
 
 
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
-    return DistributionPlan(assignments=[], phases=[], data_transfers=[],
-                            warnings=plan_warnings(plan))  # fmt: skip
+    return DistributionPlan(
+        assignments=[], phases=[], data_transfers=[], warnings=plan_warnings(plan)
+    )
 
 
 def submit_study(
@@ -258,6 +259,7 @@ def _queue_on_least_loaded(
     """Offer one slot on the least loaded of the busy workers first (counting
     reservations, load can exceed the limit), so queued runs spread out too;
     else one slot on every busy worker."""
+
     def load(worker: WorkerInfo) -> float:
         return worker.active_jobs / max(1, worker.max_concurrent)
 
@@ -304,13 +306,24 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)
     labels = None if request.y is None else _store_input(context, run_id, request.y, "__labels__")
     states = dict(request.state_refs)
-    states.update({node_id: _store_input(context, run_id, value, STATE_PREFIX + node_id)
-                   for node_id, value in request.states.items()})  # fmt: skip
+    states.update(
+        {
+            node_id: _store_input(context, run_id, value, STATE_PREFIX + node_id)
+            for node_id, value in request.states.items()
+        }
+    )
     program = compile_program(
-        plan, distribution, params=request.params, ops=request.ops, time_limits_s=limits,
-        predecessors=predecessors, mode=request.mode, labels=labels, states=states,
+        plan,
+        distribution,
+        params=request.params,
+        ops=request.ops,
+        time_limits_s=limits,
+        predecessors=predecessors,
+        mode=request.mode,
+        labels=labels,
+        states=states,
         fused=None if context.settings.fuse_chains else [],
-    )  # fmt: skip
+    )
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, request.input)
@@ -372,8 +385,13 @@ def _run_here(
     states = dict(request.states)
     states.update({n: context.values.get_value(e["ref"]) for n, e in request.state_refs.items()})
     result = run_local(
-        request.document, input=request.input, params=request.params, ops=request.ops,
-        catalog=catalog, mode=request.mode, y=request.y,
+        request.document,
+        input=request.input,
+        params=request.params,
+        ops=request.ops,
+        catalog=catalog,
+        mode=request.mode,
+        y=request.y,
         states=states if request.mode == "forward" else None,
-    )  # fmt: skip
+    )
     return LocalPlanRun(result, distribution, len(request.plan.node_ids()))

@@ -43,9 +43,8 @@ from somatize_tasks.runtime.state.redis_state import RedisRunState
 
 log = logging.getLogger(__name__)
 
-def record_deaths(
-    state: RedisRunState, attempts: list[dict[str, Any]]
-) -> dict[int, list[str]]:
+
+def record_deaths(state: RedisRunState, attempts: list[dict[str, Any]]) -> dict[int, list[str]]:
     """Count these dead attempts (``running`` node statuses) in, once each; every
     block's deaths so far, as the list of the workers that died running it."""
     if not attempts:
@@ -67,9 +66,7 @@ def max_deaths(state: RedisRunState, default: int) -> int:
     return int(raw) if raw else default
 
 
-def killed_worker(
-    run_id: str, nodes: list[str], workers: list[str], limit: int
-) -> Failure:
+def killed_worker(run_id: str, nodes: list[str], workers: list[str], limit: int) -> Failure:
     """The run's error once a block has killed ``limit`` workers (or worker processes)."""
     shown = "+".join(nodes)
     return Failure(
@@ -90,8 +87,13 @@ def fail_for_deaths(
     (marked first: whoever sees the run failed sees them failed too)."""
     if not state.is_active():
         return False
-    state.mark_nodes(nodes, "failed", status.get("worker") or "?", int(status.get("epoch", 0)),
-                     error=failure.message)  # fmt: skip
+    state.mark_nodes(
+        nodes,
+        "failed",
+        status.get("worker") or "?",
+        int(status.get("epoch", 0)),
+        error=failure.message,
+    )
     return state.finish("failed", error=failure.detail())
 
 
@@ -127,8 +129,13 @@ def poisoned_redelivery(
         return killed
     deaths = record_deaths(state, [status])[int(status["block"])]
     limit = max_deaths(state, default_limit)
-    log.warning("run %s: node %s lost its worker process (death %d of %d allowed)",
-                state.run_id, "+".join(nodes), len(deaths), limit)  # fmt: skip
+    log.warning(
+        "run %s: node %s lost its worker process (death %d of %d allowed)",
+        state.run_id,
+        "+".join(nodes),
+        len(deaths),
+        limit,
+    )
     if len(deaths) < limit:
         return None
     return killed_worker(state.run_id, nodes, deaths, limit)

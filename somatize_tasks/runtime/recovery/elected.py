@@ -85,8 +85,12 @@ class ReaperLoop:
         if self.sweeper is not None:
             self.sweeper.maybe_sweep()
         keys = [self.keys.reaper_lease, self.keys.active_runs, self.keys.workers_seen]
-        args = [self.token, self.lease_ms, self.ttl_ms,
-                "" if self._cutoff is None else self._cutoff]
+        args = [
+            self.token,
+            self.lease_ms,
+            self.ttl_ms,
+            "" if self._cutoff is None else self._cutoff,
+        ]
         reply = self._tick(keys=keys, args=args)
         if not int(reply[0]):
             if self.leading:
@@ -119,10 +123,15 @@ def cache_sweeper(context: RunContext) -> CacheSweeper:
     machine's RAM tier, if there is one."""
     settings = context.settings
     ram = context.store.ram
-    return CacheSweeper(context.redis, context.keys, context.store.cache.root,
-                        settings.run_ttl_s, settings.gc_interval_s,
-                        ram_roots=[ram.root] if ram is not None else [],
-                        spares=ram.spares if ram is not None else None)  # fmt: skip
+    return CacheSweeper(
+        context.redis,
+        context.keys,
+        context.store.cache.root,
+        settings.run_ttl_s,
+        settings.gc_interval_s,
+        ram_roots=[ram.root] if ram is not None else [],
+        spares=ram.spares if ram is not None else None,
+    )
 
 
 _producer_sweepers: dict[int, CacheSweeper] = {}

@@ -63,8 +63,13 @@ def through_redis_outages(
             return action()
         except LOST as exc:
             deadline = deadline or time.monotonic() + budget_s
-            log.warning("%s: lost Redis (%s); retrying once it is back (waiting up to %.0f s,"
-                        " SOMATIZE_REDIS_RETRY_S)", what, exc, budget_s)  # fmt: skip
+            log.warning(
+                "%s: lost Redis (%s); retrying once it is back (waiting up to %.0f s,"
+                " SOMATIZE_REDIS_RETRY_S)",
+                what,
+                exc,
+                budget_s,
+            )
             if not wait_for_redis(client, deadline):
                 raise
             log.warning("%s: Redis is back; retrying", what)

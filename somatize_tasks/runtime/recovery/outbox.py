@@ -33,9 +33,11 @@ def outbox_grace(settings: Any) -> float:
 
 
 def unsent_blocks(
-    state: RedisRunState, load: Callable[[], Program | None], nodes: dict[str, dict[str, Any]],
+    state: RedisRunState,
+    load: Callable[[], Program | None],
+    nodes: dict[str, dict[str, Any]],
     grace_s: float,
-) -> tuple[Program | None, list[tuple[int, int]]]:  # fmt: skip
+) -> tuple[Program | None, list[tuple[int, int]]]:
     """The blocks of old outbox entries still pending under the entry's task id (the
     others ran after all, or were dispatched again since: the outbox forgets them),
     with the run's program (``load``ed only when there are old entries)."""
@@ -45,19 +47,24 @@ def unsent_blocks(
     if program is None:
         return None, []
     unsent = [
-        (bid, epoch) for (bid, epoch), entry in old.items()
-        if any(nodes.get(n, {}).get("state") == "pending"
-               and nodes[n].get("task_id") == entry["task_id"]
-               for n in program.blocks[bid].task_node_ids())
-    ]  # fmt: skip
+        (bid, epoch)
+        for (bid, epoch), entry in old.items()
+        if any(
+            nodes.get(n, {}).get("state") == "pending"
+            and nodes[n].get("task_id") == entry["task_id"]
+            for n in program.blocks[bid].task_node_ids()
+        )
+    ]
     state.sent([key for key in old if key not in unsent])
     return program, sorted(unsent)
 
 
 def stale_intents(
-    state: RedisRunState, grace_s: float, held: Callable[[set[str]], dict[str, Any]],
+    state: RedisRunState,
+    grace_s: float,
+    held: Callable[[set[str]], dict[str, Any]],
     live: set[str],
-) -> dict[tuple[int, int], dict[str, Any]]:  # fmt: skip
+) -> dict[tuple[int, int], dict[str, Any]]:
     """Completion intents older than ``grace_s`` whose process died before its follow-up.
 
     One whose task a ``live`` worker still reports holding (``held``: worker id ->
@@ -69,8 +76,11 @@ def stale_intents(
     old = {key: entry for key, entry in state.intents().items() if entry["at"] < before}
     owners = {str(entry["w"]) for entry in old.values() if entry.get("w")} & live
     reports = held(owners) if owners else {}
-    return {key: entry for key, entry in old.items()
-            if entry.get("t") not in (reports.get(str(entry.get("w"))) or ())}  # fmt: skip
+    return {
+        key: entry
+        for key, entry in old.items()
+        if entry.get("t") not in (reports.get(str(entry.get("w"))) or ())
+    }
 
 
 def redo_follow_up(

@@ -163,8 +163,9 @@ class _Repair:
         self.context = reaper.context
         self.run_id = run_id
         self.live = live
-        self.alive: Container[str] = (set(live) | reaper.alive if reaper.judging_deaths
-                                      else _Everyone())  # fmt: skip
+        self.alive: Container[str] = (
+            set(live) | reaper.alive if reaper.judging_deaths else _Everyone()
+        )
         self.state: RedisRunState = reaper.context.state(run_id)
         self.redis: Redis[bytes] = reaper.context.redis
 
@@ -206,12 +207,16 @@ class _Repair:
         deadline_at = float(meta["deadline_at"]) if meta["deadline_at"] else None
         if deadline_at is not None and now >= deadline_at:
             node_ids = json.loads(self.redis.hget(self.state.meta, "node_ids") or b"[]")
-            return checks.past_deadline(self.run_id, deadline_at, float(meta["deadline_s"] or 0),
-                                        nodes, node_ids, now)  # fmt: skip
+            return checks.past_deadline(
+                self.run_id, deadline_at, float(meta["deadline_s"] or 0), nodes, node_ids, now
+            )
         return checks.overdue(hard_limit_s, nodes, now, slack_s) or checks.stalled(
-            self.run_id, float(meta["created_at"] or 0), nodes, now,
+            self.run_id,
+            float(meta["created_at"] or 0),
+            nodes,
+            now,
             self.settings.transfer_stall_s,
-        )  # fmt: skip
+        )
 
     def _dispatch_again(
         self, nodes: checks.Nodes, max_deaths: int, hard_limit_s: float | None
@@ -236,9 +241,13 @@ class _Repair:
         blocks = {(nodes[n]["block"], nodes[n]["epoch"]) for n in [*stranded, *orphaned]}
         self._redispatch(program, sorted(blocks | starved), dead)
         why = f"dead worker(s) {', '.join(sorted(dead))}" if dead else "live workers"
-        log.warning("run %s: dispatched %s again (%s%s)", self.run_id,
-                    describe_blocks(program, sorted(blocks | starved)), why,
-                    f"; orphaned: {', '.join(sorted(orphaned))}" if orphaned else "")  # fmt: skip
+        log.warning(
+            "run %s: dispatched %s again (%s%s)",
+            self.run_id,
+            describe_blocks(program, sorted(blocks | starved)),
+            why,
+            f"; orphaned: {', '.join(sorted(orphaned))}" if orphaned else "",
+        )
         return True
 
     def _program(self, dead: set[str]) -> Program | None:
@@ -272,21 +281,26 @@ class _Repair:
 
     def _resume_intents(self) -> bool:
         """Redo the follow-up of completions whose process died before recording it."""
-        stale = stale_intents(self.state, outbox_grace(self.settings),
-                              self.reaper.registry.held_tasks, set(self.live))  # fmt: skip
+        stale = stale_intents(
+            self.state, outbox_grace(self.settings), self.reaper.registry.held_tasks, set(self.live)
+        )
         program = self.context.program(self.run_id, refresh=True) if stale else None
         if program is None:
             return False
-        engine = Engine(program, self.state, CeleryDispatcher(
-            self.context, self.run_id, program, self.state))  # fmt: skip
+        engine = Engine(
+            program, self.state, CeleryDispatcher(self.context, self.run_id, program, self.state)
+        )
         resumed = [
             f"{program.blocks[bid].kind} block {bid} pass {epoch}"
             for (bid, epoch), entry in sorted(stale.items())
             if redo_follow_up(self.state, engine, bid, epoch, entry)
         ]
         if resumed:
-            log.warning("run %s: redid the follow-up of completion(s) whose process died: %s",
-                        self.run_id, ", ".join(resumed))  # fmt: skip
+            log.warning(
+                "run %s: redid the follow-up of completion(s) whose process died: %s",
+                self.run_id,
+                ", ".join(resumed),
+            )
         return bool(resumed)
 
     def _publish_unsent(self, nodes: checks.Nodes) -> bool:
@@ -299,8 +313,11 @@ class _Repair:
             return False
         self._redispatch(program, unsent, set())
         names = sorted({n for bid, _ in unsent for n in program.blocks[bid].task_node_ids()})
-        log.warning("run %s: published again what a dead dispatcher never sent: %s",
-                    self.run_id, ", ".join(names))  # fmt: skip
+        log.warning(
+            "run %s: published again what a dead dispatcher never sent: %s",
+            self.run_id,
+            ", ".join(names),
+        )
         return True
 
     def _redispatch(self, program: Program, blocks: list[tuple[int, int]], dead: set[str]) -> None:
@@ -315,9 +332,14 @@ class _Repair:
         since = self.state.first_noticed(",".join(sorted(dead)))
         grace = self.settings.reroute_grace_s
         if time.time() - since >= grace:
-            self._fail(checks.Failure(None, ",".join(sorted(dead)),
-                                      f"{message} (waited {grace:g} s for it to come back)",
-                                      "WorkerLost"))  # fmt: skip
+            self._fail(
+                checks.Failure(
+                    None,
+                    ",".join(sorted(dead)),
+                    f"{message} (waited {grace:g} s for it to come back)",
+                    "WorkerLost",
+                )
+            )
 
     def _fail(self, failure: checks.Failure) -> bool:
         if not self.state.finish("failed", error=failure.detail()):

@@ -34,8 +34,13 @@ class Failure:
 
     def detail(self) -> dict[str, Any]:
         """The JSON the run keeps as its error (see ``engine.failure_detail``)."""
-        return {"node_id": self.node_id, "worker_id": self.worker_id, "type": self.kind,
-                "message": self.message, "traceback": ""}  # fmt: skip
+        return {
+            "node_id": self.node_id,
+            "worker_id": self.worker_id,
+            "type": self.kind,
+            "message": self.message,
+            "traceback": "",
+        }
 
 
 def stranded(nodes: Nodes, alive: Container[str]) -> list[str]:
@@ -74,8 +79,12 @@ def starved(
         handled = set(status.get("avoiding", ()))  # re-dispatched around these already
         for ref in refs_in(state.load_input(*key)):
             source = ref.get("worker_id")
-            if (ref.get("inline") is None and source not in NOT_WORKERS
-                    and source not in alive and source not in handled):  # fmt: skip
+            if (
+                ref.get("inline") is None
+                and source not in NOT_WORKERS
+                and source not in alive
+                and source not in handled
+            ):
                 found.add(key)
                 sources.add(source)
     return found, sources
@@ -91,9 +100,13 @@ def stalled(
     seen = [t for s in nodes.values() for t in (s.get("ended_at"), s.get("queued_at")) if t]
     if now - max([*seen, created]) < stall_s:
         return None
-    return Failure(None, None, f"run {run_id} stalled: no node pending or running for "
-                   f"{stall_s:g} s (a worker probably died between two steps); resubmit it",
-                   "RunStalled")  # fmt: skip
+    return Failure(
+        None,
+        None,
+        f"run {run_id} stalled: no node pending or running for "
+        f"{stall_s:g} s (a worker probably died between two steps); resubmit it",
+        "RunStalled",
+    )
 
 
 def overdue(limit_s: float | None, nodes: Nodes, now: float, slack_s: float) -> Failure | None:
@@ -104,22 +117,33 @@ def overdue(limit_s: float | None, nodes: Nodes, now: float, slack_s: float) -> 
         started = status.get("started_at")
         if status.get("state") == "running" and started and now - started > limit_s + slack_s:
             worker = status.get("worker")
-            return Failure(node_id, worker, f"node '{node_id}' ran past its time limit of "
-                           f"{limit_s:g} s on worker '{worker}' and was stopped",
-                           "NodeTimeLimitExceeded")  # fmt: skip
+            return Failure(
+                node_id,
+                worker,
+                f"node '{node_id}' ran past its time limit of "
+                f"{limit_s:g} s on worker '{worker}' and was stopped",
+                "NodeTimeLimitExceeded",
+            )
     return None
 
 
 def past_deadline(
-    run_id: str, deadline_at: float | None, deadline_s: float | None, nodes: Nodes,
-    node_ids: list[str], now: float,
-) -> Failure | None:  # fmt: skip
+    run_id: str,
+    deadline_at: float | None,
+    deadline_s: float | None,
+    nodes: Nodes,
+    node_ids: list[str],
+    now: float,
+) -> Failure | None:
     """The run's deadline passed: fail it, naming what was still unfinished
     (nodes running or queued, with their workers, and how many never started)."""
     if deadline_at is None or now < deadline_at:
         return None
-    unfinished = [f"'{n}' ({s['state']} on worker '{s.get('worker')}')"
-                  for n, s in sorted(nodes.items()) if s.get("state") in UNFINISHED]  # fmt: skip
+    unfinished = [
+        f"'{n}' ({s['state']} on worker '{s.get('worker')}')"
+        for n, s in sorted(nodes.items())
+        if s.get("state") in UNFINISHED
+    ]
     waiting = len([n for n in node_ids if n not in nodes])
     named = unfinished[:NAMED_MAX]
     if len(unfinished) > NAMED_MAX:
@@ -128,5 +152,10 @@ def past_deadline(
         named.append(f"{waiting} node(s) not started yet")
     first = next((n for n, s in sorted(nodes.items()) if s.get("state") in UNFINISHED), None)
     worker = nodes[first].get("worker") if first else None
-    return Failure(first, worker, f"run {run_id} passed its deadline of {deadline_s:g} s; "
-                   f"still unfinished: {', '.join(named) or 'nothing'}", "RunDeadlineExceeded")
+    return Failure(
+        first,
+        worker,
+        f"run {run_id} passed its deadline of {deadline_s:g} s; "
+        f"still unfinished: {', '.join(named) or 'nothing'}",
+        "RunDeadlineExceeded",
+    )

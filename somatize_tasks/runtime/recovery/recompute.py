@@ -27,9 +27,13 @@ class Redispatcher:
     """Dispatches blocks of one run again, given who is alive now."""
 
     def __init__(
-        self, context: RunContext, state: RedisRunState, program: Program,
-        dispatcher: CeleryDispatcher, alive: Container[str],
-    ) -> None:  # fmt: skip
+        self,
+        context: RunContext,
+        state: RedisRunState,
+        program: Program,
+        dispatcher: CeleryDispatcher,
+        alive: Container[str],
+    ) -> None:
         self.context = context
         self.state = state
         self.program = program

@@ -70,8 +70,9 @@ def new_home(
         if not placed.assignments and live:
             # Every live worker is busy: the node queues on one rather than waiting for a
             # free slot the run may never see (placement's "queued runs" rule).
-            placed = schedule(plan, [w.model_copy(update={"active_jobs": 0})
-                                     for w in live.values()])  # fmt: skip
+            placed = schedule(
+                plan, [w.model_copy(update={"active_jobs": 0}) for w in live.values()]
+            )
     except PlacementError as exc:
         raise StrandedError(
             f"node '{node_id}' was on worker '{old}', which died, and needs "

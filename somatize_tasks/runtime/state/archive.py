@@ -81,10 +81,16 @@ def _fold(pipe: Any, meta: str, lists: dict[str, str]) -> int:
     found: list[bytes | None] = pipe.hmget(meta, [*fields, *PACKED])
     live: list[list[bytes]] = [pipe.lrange(lists[f], 0, -1) for f in fields]
     archived, plain = found[: len(fields)], found[len(fields) :]
-    folded = {f: pack_lines([*unpack_lines(old), *new])
-              for f, old, new in zip(fields, archived, live, strict=True) if new}  # fmt: skip
-    packed = {f: pack(raw.decode()) for f, raw in zip(PACKED, plain, strict=True)
-              if raw and len(raw) > _PACK_OVER and not raw.startswith(PREFIX)}  # fmt: skip
+    folded = {
+        f: pack_lines([*unpack_lines(old), *new])
+        for f, old, new in zip(fields, archived, live, strict=True)
+        if new
+    }
+    packed = {
+        f: pack(raw.decode())
+        for f, raw in zip(PACKED, plain, strict=True)
+        if raw and len(raw) > _PACK_OVER and not raw.startswith(PREFIX)
+    }
     pipe.multi()
     if folded or packed:
         pipe.hset(meta, mapping={**folded, **packed})

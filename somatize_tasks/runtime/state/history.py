@@ -51,20 +51,37 @@ def done_lines(
     one per node with its own times when the task ran several (a fused chain)."""
     if len(nodes) == 1 or not times:  # it ended now: the event's own time says when
         return _lines(worker_id, [{"nodes": nodes, "state": "done", "epoch": epoch}])
-    return _lines(worker_id, [
-        {"nodes": [n], "state": "done", "epoch": epoch, "started_at": times[n][0],
-         "ended_at": times[n][1]} if n in times else
-        {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
-        for n in nodes
-    ])  # fmt: skip
+    return _lines(
+        worker_id,
+        [
+            {
+                "nodes": [n],
+                "state": "done",
+                "epoch": epoch,
+                "started_at": times[n][0],
+                "ended_at": times[n][1],
+            }
+            if n in times
+            else {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
+            for n in nodes
+        ],
+    )
 
 
 def _lines(worker_id: str, events: list[dict[str, Any]]) -> list[str]:
     """Compact JSON lines; ``epoch`` 0 (outside any loop) is left out, as readers assume."""
     now = time.time()
-    return [json.dumps({"at": now, "worker": worker_id,
-                        **{k: v for k, v in event.items() if not (k == "epoch" and v == 0)}},
-                       separators=(",", ":")) for event in events]  # fmt: skip
+    return [
+        json.dumps(
+            {
+                "at": now,
+                "worker": worker_id,
+                **{k: v for k, v in event.items() if not (k == "epoch" and v == 0)},
+            },
+            separators=(",", ":"),
+        )
+        for event in events
+    ]
 
 
 @dataclass(frozen=True)
@@ -96,8 +113,9 @@ def record_failure(
     """A block raised: the node that raised failed; the rest of a fused chain are
     cancelled, as the engine marks them, and get no bar (when each ran is unknown)."""
     bad = getattr(exc, "__somatize_node__", None) or nodes[0]
-    events: list[dict[str, Any]] = [{"nodes": [bad], "state": "failed", "epoch": epoch,
-                                     "error": f"{type(exc).__name__}: {exc}"}]  # fmt: skip
+    events: list[dict[str, Any]] = [
+        {"nodes": [bad], "state": "failed", "epoch": epoch, "error": f"{type(exc).__name__}: {exc}"}
+    ]
     others = [n for n in nodes if n != bad]
     if others:
         events.append({"nodes": others, "state": "cancelled", "epoch": epoch, "dropped": True})
@@ -150,8 +168,7 @@ def attempts(events: list[dict[str, Any]]) -> list[Attempt]:
                 if current is not None:
                     done.append(replace(current, end=at, state=LOST))
                 tries[key] = tries.get(key, 0) + 1
-                open_[key] = Attempt(key[0], worker, epoch, at, None, "running",
-                                     number=tries[key])  # fmt: skip
+                open_[key] = Attempt(key[0], worker, epoch, at, None, "running", number=tries[key])
                 continue
             if event.get("dropped"):
                 continue  # part of a block that stopped before it: no attempt to draw
@@ -161,7 +178,10 @@ def attempts(events: list[dict[str, Any]]) -> list[Attempt]:
                 current = Attempt(key[0], worker, epoch, start, None, state, number=tries[key])
             start = float(event.get("started_at") or current.start)  # a fused node's own
             end = float(event.get("ended_at") or at)
-            done.append(replace(current, start=start, end=max(end, start), state=state,
-                                error=event.get("error")))  # fmt: skip
+            done.append(
+                replace(
+                    current, start=start, end=max(end, start), state=state, error=event.get("error")
+                )
+            )
     done.extend(open_.values())
     return sorted(done, key=lambda a: (a.start, a.node_id))

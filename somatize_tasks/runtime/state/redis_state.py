@@ -71,9 +71,17 @@ class RedisRunState(OutboxState, RepairState):
 
     def all_keys(self) -> list[str]:
         return [
-            self.meta, self.results, self.nodes, self.done, self.finished, self.transfers,
-            self.states, self.latest_outputs, self.outbox, self.history,
-        ]  # fmt: skip
+            self.meta,
+            self.results,
+            self.nodes,
+            self.done,
+            self.finished,
+            self.transfers,
+            self.states,
+            self.latest_outputs,
+            self.outbox,
+            self.history,
+        ]
 
     # --- RunState --------------------------------------------------------------------
 
@@ -82,22 +90,35 @@ class RedisRunState(OutboxState, RepairState):
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
         intent = self._intent_args(bid, epoch, o=result.output, l=result.label, h=result.handoff)
-        recorded = bool(self._call(self._record, self._record_keys,
-                                   [*intent, *self._record_args(bid, epoch, nodes, result)]))
+        recorded = bool(
+            self._call(
+                self._record,
+                self._record_keys,
+                [*intent, *self._record_args(bid, epoch, nodes, result)],
+            )
+        )
         if not recorded:
             self.intent = None
         return recorded
 
     def record_and_join(
-        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        self,
+        bid: int,
+        epoch: int,
+        nodes: list[str],
+        result: LeafResult,
+        parallel: int,
         position: int,
-    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+    ) -> tuple[bool, list[Expr] | None]:
         found = self._call(
-            self._record_and_join, self._record_keys,
-            [*self._intent_args(parallel, epoch, j=1),
-             *self._join_args(parallel, epoch, position, result.output),
-             *self._record_args(bid, epoch, nodes, result)],
-        )  # fmt: skip
+            self._record_and_join,
+            self._record_keys,
+            [
+                *self._intent_args(parallel, epoch, j=1),
+                *self._join_args(parallel, epoch, position, result.output),
+                *self._record_args(bid, epoch, nodes, result),
+            ],
+        )
         if isinstance(found, list):
             return True, [dict(json.loads(raw)) for raw in found]
         self.intent = None  # left only by the branch that completed the join
@@ -112,12 +133,18 @@ class RedisRunState(OutboxState, RepairState):
 
     @property
     def _record_keys(self) -> list[str]:
-        return [self.meta, self.results, self.nodes, self.done, self.states,
-                self.latest_outputs, self.history, self.outbox]  # fmt: skip
+        return [
+            self.meta,
+            self.results,
+            self.nodes,
+            self.done,
+            self.states,
+            self.latest_outputs,
+            self.history,
+            self.outbox,
+        ]
 
-    def _record_args(
-        self, bid: int, epoch: int, nodes: list[str], result: LeafResult
-    ) -> list[Any]:
+    def _record_args(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> list[Any]:
         args: list[Any] = [f"b:{bid}:{epoch}", result.worker_id, self.ttl_s]
         args.append(len(result.signals))
         for node_id, verdict in result.signals.items():
@@ -136,8 +163,14 @@ class RedisRunState(OutboxState, RepairState):
 
     def _join_args(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Any]:
         prefix = f"j:{bid}:{epoch}:"
-        return [f"{prefix}{position}", compact_json(expr), f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}",
-                prefix, self.ttl_s]  # fmt: skip
+        return [
+            f"{prefix}{position}",
+            compact_json(expr),
+            f"jn:{bid}:{epoch}",
+            f"jt:{bid}:{epoch}",
+            prefix,
+            self.ttl_s,
+        ]
 
     def latest(self, node_ids: list[str]) -> dict[str, Expr]:
         if not node_ids:
@@ -179,8 +212,10 @@ class RedisRunState(OutboxState, RepairState):
         self._working({f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected})
 
     def join(self, bid: int, epoch: int, position: int, expr: Expr) -> list[Expr] | None:
-        found = self._join(keys=[self.results, self.outbox],
-                           args=[*self._join_args(bid, epoch, position, expr), self.intent or ""])
+        found = self._join(
+            keys=[self.results, self.outbox],
+            args=[*self._join_args(bid, epoch, position, expr), self.intent or ""],
+        )
         if not found:
             self.intent = None  # the join dropped it: nothing follows this completion
             return None
@@ -221,9 +256,16 @@ class RedisRunState(OutboxState, RepairState):
         pipe.execute()
 
     def mark_running(
-        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
-        history_line: str = "", *, release_slot: bool = False,
-    ) -> int | None:  # fmt: skip
+        self,
+        nodes: list[str],
+        worker_id: str,
+        bid: int,
+        epoch: int,
+        task_id: str,
+        history_line: str = "",
+        *,
+        release_slot: bool = False,
+    ) -> int | None:
         """Nodes start: the run's distribution version, or None if this task must not run.
 
         None when the run ended, the block already completed, or the message
@@ -231,40 +273,66 @@ class RedisRunState(OutboxState, RepairState):
         With ``release_slot``, a start also gives back one slot the run
         reserved on ``worker_id`` (:mod:`somatize_tasks.workers.reservations`).
         """
-        start = self.pending_start(nodes, worker_id, bid, epoch, task_id, history_line,
-                                   release_slot=release_slot)  # fmt: skip
+        start = self.pending_start(
+            nodes, worker_id, bid, epoch, task_id, history_line, release_slot=release_slot
+        )
         self.start_next = None
         version = int(self._mark_running(keys=start.keys, args=start.args))
         return None if version < 0 else version
 
     def pending_start(
-        self, nodes: list[str], worker_id: str, bid: int, epoch: int, task_id: str,
-        history_line: str = "", *, release_slot: bool = False,
-    ) -> PendingStart:  # fmt: skip
+        self,
+        nodes: list[str],
+        worker_id: str,
+        bid: int,
+        epoch: int,
+        task_id: str,
+        history_line: str = "",
+        *,
+        release_slot: bool = False,
+    ) -> PendingStart:
         """A :meth:`mark_running` to send with this state's next record (kept as
         :attr:`start_next`): the next block of a batch starts in that round trip."""
-        status = compact_json({
-            "state": RUNNING, "worker": worker_id, "block": bid, "epoch": epoch,
-            "started_at": time.time(), "task_id": task_id,
-        })  # fmt: skip
+        status = compact_json(
+            {
+                "state": RUNNING,
+                "worker": worker_id,
+                "block": bid,
+                "epoch": epoch,
+                "started_at": time.time(),
+                "task_id": task_id,
+            }
+        )
         field = reservation_field(worker_id, self.run_id) if release_slot else ""
         self.start_next = PendingStart(
             [self.meta, self.nodes, self.history, *self.reservations],
             [status, task_id, history_line, MAX_EVENTS, self.ttl_s, field, *nodes],
-        )  # fmt: skip
+        )
         return self.start_next
 
     def transfer_arrived(
-        self, node_id: str, task_id: str, bid: int, epoch: int, ref_key: str, record: str,
+        self,
+        node_id: str,
+        task_id: str,
+        bid: int,
+        epoch: int,
+        ref_key: str,
+        record: str,
         arrival_id: str,
-    ) -> int | None:  # fmt: skip
+    ) -> int | None:
         """Count one input in, once; the distribution version if it was the last one
         (again, to the same ``arrival_id`` doing it again while the block still waits)."""
         version = self._transfer_arrived(
             keys=[self.nodes, self.results, self.transfers, self.meta],
-            args=[node_id, task_id, f"p:{bid}:{epoch}", f"t:{bid}:{epoch}:{task_id}:{ref_key}",
-                  record, arrival_id],
-        )  # fmt: skip
+            args=[
+                node_id,
+                task_id,
+                f"p:{bid}:{epoch}",
+                f"t:{bid}:{epoch}:{task_id}:{ref_key}",
+                record,
+                arrival_id,
+            ],
+        )
         return None if int(version) < 0 else int(version)
 
     def finish(
@@ -276,12 +344,26 @@ class RedisRunState(OutboxState, RepairState):
         elif error is not None:
             field, value = "error", compact_json(error)
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
-        keys = [self.active_runs, self.meta, self.finished, self.results, self.nodes, self.done,
-                self.transfers, self.states, self.latest_outputs, self.outbox, self.history]
+        keys = [
+            self.active_runs,
+            self.meta,
+            self.finished,
+            self.results,
+            self.nodes,
+            self.done,
+            self.transfers,
+            self.states,
+            self.latest_outputs,
+            self.outbox,
+            self.history,
+        ]
         ended = self._finish_run(keys, args)
         if ended:  # its history and transfers, compressed into the meta (runtime.archive)
-            fold_logs(self.client, self.meta, {FIELDS["history"]: self.history,
-                                               FIELDS["transfers"]: self.transfers})  # fmt: skip
+            fold_logs(
+                self.client,
+                self.meta,
+                {FIELDS["history"]: self.history, FIELDS["transfers"]: self.transfers},
+            )
         return ended
 
     def _finish_run(self, keys: list[str], args: list[Any]) -> bool:

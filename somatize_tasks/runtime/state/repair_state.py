@@ -41,8 +41,11 @@ class RepairState:
         self._working({f"rn:{bid}:{epoch}": len(producers)})
         for producer, producer_epoch in producers:
             field = f"rw:{producer}:{producer_epoch}"
-            waiting = [w for w in json.loads(self.client.hget(self.results, field) or b"[]")
-                       if w != [bid, epoch]]  # fmt: skip
+            waiting = [
+                w
+                for w in json.loads(self.client.hget(self.results, field) or b"[]")
+                if w != [bid, epoch]
+            ]
             waiting.append([bid, epoch])
             self._working({field: compact_json(waiting), f"rc:{producer}:{producer_epoch}": 1})
 

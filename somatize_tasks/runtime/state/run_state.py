@@ -59,8 +59,13 @@ class LeafResult:
 def node_done(result: LeafResult, node_id: str, epoch: int) -> dict[str, Any]:
     """A finished node's status: its own times when the task measured them."""
     started, ended = result.node_times.get(node_id, (result.started_at, result.ended_at))
-    return {"state": DONE, "worker": result.worker_id, "epoch": epoch,
-            "started_at": started, "ended_at": ended}  # fmt: skip
+    return {
+        "state": DONE,
+        "worker": result.worker_id,
+        "epoch": epoch,
+        "started_at": started,
+        "ended_at": ended,
+    }
 
 
 class RunState(Protocol):
@@ -77,9 +82,14 @@ class RunState(Protocol):
         ...
 
     def record_and_join(
-        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        self,
+        bid: int,
+        epoch: int,
+        nodes: list[str],
+        result: LeafResult,
+        parallel: int,
         position: int,
-    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+    ) -> tuple[bool, list[Expr] | None]:
         """A Parallel branch's result, recorded and counted into the join at once:
         whether it was recorded, and every branch's output if it was the last."""
         ...
@@ -171,9 +181,14 @@ class MemoryRunState:
         return True
 
     def record_and_join(
-        self, bid: int, epoch: int, nodes: list[str], result: LeafResult, parallel: int,
+        self,
+        bid: int,
+        epoch: int,
+        nodes: list[str],
+        result: LeafResult,
+        parallel: int,
         position: int,
-    ) -> tuple[bool, list[Expr] | None]:  # fmt: skip
+    ) -> tuple[bool, list[Expr] | None]:
         if not self.record_leaf(bid, epoch, nodes, result):
             return False, None
         return True, self.join(parallel, epoch, position, result.output)

@@ -31,9 +31,13 @@ class PendingStart:
 
 
 def send_with_start(
-    client: Redis[bytes], script: Script, keys: list[str], args: list[Any],
-    start: PendingStart, mark: Script,
-) -> Any:  # fmt: skip
+    client: Redis[bytes],
+    script: Script,
+    keys: list[str],
+    args: list[Any],
+    start: PendingStart,
+    mark: Script,
+) -> Any:
     """``script(keys, args)``, then ``start``'s mark, in one round trip; the script's answer.
 
     Scripts Redis forgot (a restart, ``SCRIPT FLUSH``) are sent again on their own.

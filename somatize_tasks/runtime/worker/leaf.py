@@ -78,8 +78,10 @@ def run_block(
     started = time.time()
     run = _BlockRun(program, block, run_id, epoch, input_expr, store)
     nodes = block.task_node_ids()
-    bound = {n: BoundNode(resolve_entry(program, n, catalog, worker_id),
-                          program.params.get(n)) for n in nodes}  # fmt: skip
+    bound = {
+        n: BoundNode(resolve_entry(program, n, catalog, worker_id), program.params.get(n))
+        for n in nodes
+    }
     result = LeafResult(output={}, worker_id=worker_id, started_at=started)
     node = block.node
     if isinstance(node, Stream):
@@ -102,8 +104,9 @@ def run_block(
         if not isinstance(node, Step):
             raise ControlFlowError(f"node '{last}' returned a Handoff but is not a Step")
         result.handoff = handoff_target(last, handoff, [label for label, _ in node.handoffs])
-        run.keep(last, run.store_value(last, handoff.value) if handoff.has_value
-                 else run.input_of(last))  # fmt: skip
+        run.keep(
+            last, run.store_value(last, handoff.value) if handoff.has_value else run.input_of(last)
+        )
     result.node_outputs = run.outputs
     result.node_times = run.times
     result.states = run.states

@@ -63,10 +63,17 @@ def _engine(
 
 
 def execute_block(
-    context: RunContext, run_id: str, bid: int, epoch: int, input_expr: Expr, task_id: str,
-    *, started: PendingStart | None = None, ahead: tuple[int, int] | None = None,
+    context: RunContext,
+    run_id: str,
+    bid: int,
+    epoch: int,
+    input_expr: Expr,
+    task_id: str,
+    *,
+    started: PendingStart | None = None,
+    ahead: tuple[int, int] | None = None,
     redelivered: bool = False,
-) -> PendingStart | None:  # fmt: skip
+) -> PendingStart | None:
     """Run one block here and advance its run; a failure fails the run and re-raises.
 
     In a batch, ``ahead`` is the next block (block, pass): its start rides in this
@@ -86,14 +93,21 @@ def execute_block(
         version = started.version
     else:
         poisoned = redelivered and poisoned_redelivery(
-            state, engine.program, block, task_id, context.settings.max_node_deaths)
+            state, engine.program, block, task_id, context.settings.max_node_deaths
+        )
         if poisoned:  # it killed the process running it too often (runtime.deaths)
             fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
             return None
         # Starting gives back a slot the run reserved here: the heartbeat counts it now.
-        version = state.mark_running(nodes, context.worker_id, bid, epoch, task_id,
-                                     history.start_line(context.worker_id, nodes, epoch),
-                                     release_slot=True)  # fmt: skip
+        version = state.mark_running(
+            nodes,
+            context.worker_id,
+            bid,
+            epoch,
+            task_id,
+            history.start_line(context.worker_id, nodes, epoch),
+            release_slot=True,
+        )
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return None
@@ -102,9 +116,15 @@ def execute_block(
         block = engine.program.blocks[bid]
     try:
         result = run_block(
-            engine.program, block, run_id, epoch, input_expr,
-            store=context.values, catalog=default_catalog, worker_id=context.worker_id,
-        )  # fmt: skip
+            engine.program,
+            block,
+            run_id,
+            epoch,
+            input_expr,
+            store=context.values,
+            catalog=default_catalog,
+            worker_id=context.worker_id,
+        )
     except Exception as exc:
         history.record_failure(context.history_log(), run_id, nodes, epoch, exc)
         engine.node_failed(block, epoch, exc, context.worker_id)
@@ -116,9 +136,14 @@ def execute_block(
     if ahead is not None:
         next_nodes = engine.program.blocks[ahead[0]].task_node_ids()
         following = state.pending_start(
-            next_nodes, context.worker_id, ahead[0], ahead[1], task_id,
-            history.start_line(context.worker_id, next_nodes, ahead[1]), release_slot=True,
-        )  # fmt: skip
+            next_nodes,
+            context.worker_id,
+            ahead[0],
+            ahead[1],
+            task_id,
+            history.start_line(context.worker_id, next_nodes, ahead[1]),
+            release_slot=True,
+        )
     if not engine.leaf_done(bid, epoch, result):
         # Already recorded: either a duplicate (dropped) or a recomputation the
         # reaper asked for, whose new outputs go to the blocks waiting for them.
@@ -128,9 +153,13 @@ def execute_block(
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
 def run_node(
-    self: Task[Any, Any], run_id: str, block: int, epoch: int, input: Expr,
+    self: Task[Any, Any],
+    run_id: str,
+    block: int,
+    epoch: int,
+    input: Expr,
     nodes: list[str] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run a plan block on this worker (see the module docstring). ``nodes``, the
     block's node ids when the message carries them, let its start ride in the round
     trip that reads the run's program when this process has not compiled it yet."""
@@ -143,8 +172,9 @@ def run_node(
         started = None
         if nodes and not redelivered and isinstance(nodes, list):
             started = _start_reading(context, run_id, block, epoch, task_id, nodes)
-        execute_block(context, run_id, block, epoch, input, task_id, started=started,
-                      redelivered=redelivered)  # fmt: skip
+        execute_block(
+            context, run_id, block, epoch, input, task_id, started=started, redelivered=redelivered
+        )
 
     _retrying(context, f"run {run_id} block {block}", attempt)
 
@@ -157,9 +187,14 @@ def _start_reading(
     if context.has_program(run_id):
         return None
     start = context.state(run_id).pending_start(
-        [str(n) for n in nodes], context.worker_id, bid, epoch, task_id,
-        history.start_line(context.worker_id, nodes, epoch), release_slot=True,
-    )  # fmt: skip
+        [str(n) for n in nodes],
+        context.worker_id,
+        bid,
+        epoch,
+        task_id,
+        history.start_line(context.worker_id, nodes, epoch),
+        release_slot=True,
+    )
     context.program(run_id, start=start)
     return start
 
@@ -174,9 +209,14 @@ def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
 
 
 def _run_batched(
-    context: RunContext, run_id: str, task_id: str, block: list[Any],
-    started: PendingStart | None, ahead: tuple[int, int] | None, redelivered: bool,
-) -> PendingStart | None:  # fmt: skip
+    context: RunContext,
+    run_id: str,
+    task_id: str,
+    block: list[Any],
+    started: PendingStart | None,
+    ahead: tuple[int, int] | None,
+    redelivered: bool,
+) -> PendingStart | None:
     """One block of a batch, done again after a Redis outage. Only the first
     attempt uses the start that rode in the previous block's record: a redo
     marks the block running itself."""
@@ -186,10 +226,16 @@ def _run_batched(
 
     def attempt() -> PendingStart | None:
         return execute_block(
-            context, run_id, bid, epoch, input_expr, task_id,
-            started=handed.pop() if handed else None, ahead=ahead,
+            context,
+            run_id,
+            bid,
+            epoch,
+            input_expr,
+            task_id,
+            started=handed.pop() if handed else None,
+            ahead=ahead,
             redelivered=bool(first and first.pop()),
-        )  # fmt: skip
+        )
 
     return _retrying(context, f"run {run_id} block {bid}", attempt)
 
@@ -207,8 +253,9 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
         if position + 1 < len(blocks):
             ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            started = _run_batched(context, run_id, task_id, block, started, ahead,
-                                   _redelivered(self))  # fmt: skip
+            started = _run_batched(
+                context, run_id, task_id, block, started, ahead, _redelivered(self)
+            )
         except Exception as exc:
             started = None
             first_error = first_error or exc
@@ -223,14 +270,22 @@ def input_ready(
     """One transfer for ``block`` arrived; the last one publishes the block."""
     context = run_context(self.app, settings_of(self.app))
     arrival_id = self.request.id or ""
-    _retrying(context, f"run {run_id} input of block {block}",
-              lambda: arrive(context, run_id, block, epoch, ref, task_id, arrival_id))  # fmt: skip
+    _retrying(
+        context,
+        f"run {run_id} input of block {block}",
+        lambda: arrive(context, run_id, block, epoch, ref, task_id, arrival_id),
+    )
 
 
 def arrive(
-    context: RunContext, run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str,
+    context: RunContext,
+    run_id: str,
+    block: int,
+    epoch: int,
+    ref: dict[str, Any],
+    task_id: str,
     arrival_id: str,
-) -> None:  # fmt: skip
+) -> None:
     """Count one arrived input of ``block``; publish the block if it was the last.
 
     Done again after a Redis outage (``arrival_id`` is this task's own id), the

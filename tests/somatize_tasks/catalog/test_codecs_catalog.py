@@ -29,8 +29,7 @@ def roundtrip(value: Any) -> Any:
 
 
 def test_builtin_codecs_roundtrip() -> None:
-    assert roundtrip({"a": [1, 2.5, None, "x"], "b": True}) == {"a": [1, 2.5, None, "x"],
-                                                                "b": True}
+    assert roundtrip({"a": [1, 2.5, None, "x"], "b": True}) == {"a": [1, 2.5, None, "x"], "b": True}
     assert roundtrip({"n": np.int64(3)}) == {"n": 3}
     assert roundtrip(b"\x00raw") == b"\x00raw"
     array = np.arange(12, dtype=np.int16).reshape(3, 4)
@@ -61,12 +60,14 @@ class Point:
 
 
 def test_registered_codec_is_used_for_its_type() -> None:
-    register_codec(Codec(
-        "test-point",
-        accepts=lambda value: isinstance(value, Point),
-        write=lambda value, fh: fh.write(f"{value.x},{value.y}".encode()) and None,
-        read=lambda fh: Point(*map(int, fh.read().decode().split(","))),
-    ))
+    register_codec(
+        Codec(
+            "test-point",
+            accepts=lambda value: isinstance(value, Point),
+            write=lambda value, fh: fh.write(f"{value.x},{value.y}".encode()) and None,
+            read=lambda fh: Point(*map(int, fh.read().decode().split(","))),
+        )
+    )
     back = roundtrip(Point(3, 4))
     assert (back.x, back.y) == (3, 4)
     with pytest.raises(CodecError, match="already registered"):
@@ -140,7 +141,20 @@ def test_unknown_node_error_survives_pickling_and_rebuild_from_message() -> None
 
 def test_load_catalog_modules_imports_and_names_failures() -> None:
     names = load_catalog_modules(["somatize_tasks.examples.nodes"])
-    assert {"load", "normalize", "train_svm", "train_knn", "evaluate", "good_enough",
-            "export", "adjust", "retrain", "check", "double", "add_one", "scale"} <= set(names)
+    assert {
+        "load",
+        "normalize",
+        "train_svm",
+        "train_knn",
+        "evaluate",
+        "good_enough",
+        "export",
+        "adjust",
+        "retrain",
+        "check",
+        "double",
+        "add_one",
+        "scale",
+    } <= set(names)
     with pytest.raises(CatalogError, match="no_such_module"):
         load_catalog_modules(["no_such_module"])

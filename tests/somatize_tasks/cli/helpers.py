@@ -100,9 +100,13 @@ class OutputReader:
         return "".join(self.chunks)
 
     def wait_for(self, pattern: str, timeout_s: float) -> bool:
-        return _poll(lambda: re.search(pattern, self.text) is not None
-                     or self.proc.poll() is not None, timeout_s) and re.search(
-            pattern, self.text) is not None
+        return (
+            _poll(
+                lambda: re.search(pattern, self.text) is not None or self.proc.poll() is not None,
+                timeout_s,
+            )
+            and re.search(pattern, self.text) is not None
+        )
 
     def finish(self, timeout_s: float) -> int:
         code = self.proc.wait(timeout_s)

@@ -33,22 +33,40 @@ from tests.somatize_tasks.cli.test_cli_runs import write
 SLOW = seq(ex("rt_make"), ex("rt_sleep"), remote("gpu", ex("rt_sum")))  # rt_sum: a task of its own
 
 
-@pytest.mark.parametrize("url", ["localhost:6379", "redis://localhost:notaport/0",
-                                 "redis://localhost/zero", "http://localhost:6379"])
-@pytest.mark.parametrize("command", [["workers"], ["status", "abc"], ["cancel", "abc"],
-                                     ["submit", "PLAN"], ["timeline", "abc", "-o", "t.html"],
-                                     ["export", "abc", "--soma", "out"],
-                                     ["worker", "--worker-id", "w"]])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "localhost:6379",
+        "redis://localhost:notaport/0",
+        "redis://localhost/zero",
+        "http://localhost:6379",
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["workers"],
+        ["status", "abc"],
+        ["cancel", "abc"],
+        ["submit", "PLAN"],
+        ["timeline", "abc", "-o", "t.html"],
+        ["export", "abc", "--soma", "out"],
+        ["worker", "--worker-id", "w"],
+    ],
+)
 def test_a_malformed_redis_url_is_one_error_line(
     tmp_path: Path, url: str, command: list[str]
 ) -> None:
     plan = write(tmp_path, "plan.json", ex("rt_make"))
     args = [plan if part == "PLAN" else part for part in command]
     done = subprocess.run(  # noqa: PLW1510 - asserted below
-        [sys.executable, "-m", "somatize_tasks", *args], capture_output=True, text=True,
-        timeout=60, cwd=tmp_path,
+        [sys.executable, "-m", "somatize_tasks", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SOMATIZE_REDIS_URL": url},
-    )  # fmt: skip
+    )
     assert done.returncode == 1, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
@@ -59,8 +77,9 @@ def test_require_workers_with_none_names_the_flag_and_does_not_promise_a_local_r
     tmp_path: Path, settings: Settings
 ) -> None:
     lonely = settings.model_copy(update={"key_prefix": f"{settings.key_prefix}-none"})
-    done = cli("submit", write(tmp_path, "plan.json", ex("rt_make")), "--require-workers",
-               settings=lonely)  # fmt: skip
+    done = cli(
+        "submit", write(tmp_path, "plan.json", ex("rt_make")), "--require-workers", settings=lonely
+    )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: ")
     assert "--require-workers" in done.stderr
@@ -70,8 +89,9 @@ def test_require_workers_with_none_names_the_flag_and_does_not_promise_a_local_r
 def test_plan_hints_name_the_flag(tmp_path: Path) -> None:
     plan = remote("gpu", ex("train"))
     workers = [{"id": "c", "name": "c", "tags": ["cpu"], "max_concurrent": 2}]
-    done = cli("plan", write(tmp_path, "p.json", {"plan": plan, "workers": workers}),
-               settings=Settings())
+    done = cli(
+        "plan", write(tmp_path, "p.json", {"plan": plan, "workers": workers}), settings=Settings()
+    )
     assert done.returncode == 1
     assert "--allow-local-fallback" in done.stderr and "allow_local_fallback=" not in done.stderr
 
@@ -80,8 +100,7 @@ def test_submit_without_wait_prints_the_run_id_on_stdout_and_honest_transfer_nam
     tmp_path: Path, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
     plan = seq(ex("rt_make"), remote("gpu", ex("rt_sum")))
-    done = cli("submit", write(tmp_path, "plan.json", plan), "--require-workers",
-               settings=settings)  # fmt: skip
+    done = cli("submit", write(tmp_path, "plan.json", plan), "--require-workers", settings=settings)
     assert done.returncode == 0, done.stderr
     run_id = done.stdout.strip()
     assert re.fullmatch(r"[0-9a-f-]{8,}", run_id), done.stdout
@@ -97,21 +116,46 @@ def test_submit_without_wait_prints_the_run_id_on_stdout_and_honest_transfer_nam
 def cli(*args: str, settings: Settings) -> subprocess.CompletedProcess[str]:
     """``somatize-tasks ARGS`` in a wide terminal, so table cells do not wrap."""
     return subprocess.run(  # noqa: PLW1510 - callers assert on the return code
-        [sys.executable, "-m", "somatize_tasks", *args], capture_output=True, text=True,
-        timeout=120, cwd=REPO, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
-                                    "COLUMNS": "200", **settings.to_env()},
-    )  # fmt: skip
+        [sys.executable, "-m", "somatize_tasks", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": "200",
+            **settings.to_env(),
+        },
+    )
 
 
 def _wait_in_background(tmp_path: Path, settings: Settings) -> tuple[subprocess.Popen[str], str]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
-           **settings.to_env()}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+        **settings.to_env(),
+    }
     params = write(tmp_path, "params.json", {"rt_sleep": {"s": 6}})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "somatize_tasks", "submit", write(tmp_path, "plan.json", SLOW),
-         "--params", params, "--wait", "--require-workers"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "somatize_tasks",
+            "submit",
+            write(tmp_path, "plan.json", SLOW),
+            "--params",
+            params,
+            "--wait",
+            "--require-workers",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # "run <id>", before the placement report
     found = re.match(r"run (\S+)", first)
@@ -184,4 +228,3 @@ def test_the_worker_banner_hides_no_missing_password_and_lists_its_catalog(
     assert re.search(r"transport:\s+redis://127\.0\.0\.1:\d+/0", log), log[:2000]
     catalog = log.split("[catalog]", 1)[1].split("\n\n", 1)[0]
     assert "rt_make" in catalog and "normalize" in catalog
-

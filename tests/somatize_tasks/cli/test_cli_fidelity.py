@@ -13,8 +13,10 @@ from testkit.workers import WorkerProcess
 from tests.somatize_tasks.cli.test_cli_runs import cli, write
 
 NODES = ("--nodes", "testkit.nodes.soma_nodes,testkit.nodes.run_nodes")
-DOCUMENT = {"plan": seq(ex("sm_inc"), ex("sm_times10"), ex("rt_double")),
-            "predecessors": {"sm_times10": ["sm_inc"], "rt_double": ["sm_inc"]}}  # fmt: skip
+DOCUMENT = {
+    "plan": seq(ex("sm_inc"), ex("sm_times10"), ex("rt_double")),
+    "predecessors": {"sm_times10": ["sm_inc"], "rt_double": ["sm_inc"]},
+}
 
 
 def test_run_takes_a_plan_document_and_an_empty_plan(tmp_path: Path) -> None:
@@ -28,8 +30,10 @@ def test_run_takes_a_plan_document_and_an_empty_plan(tmp_path: Path) -> None:
 
 
 def test_plan_places_a_document_and_draws_its_transfers_from_the_graph(tmp_path: Path) -> None:
-    workers = [{"id": "w1", "name": "a", "max_concurrent": 1},
-               {"id": "w2", "name": "b", "max_concurrent": 1}]  # fmt: skip
+    workers = [
+        {"id": "w1", "name": "a", "max_concurrent": 1},
+        {"id": "w2", "name": "b", "max_concurrent": 1},
+    ]
     plan = {"Sequence": [ex("a"), {"Parallel": [ex("b"), ex("c")]}, ex("d")]}
     document = {"plan": plan, "workers": workers, "predecessors": {"d": ["a"]}}
     shown = cli("plan", write(tmp_path, "in.json", document), "--json")
@@ -46,11 +50,20 @@ def test_submit_takes_a_document_and_an_empty_plan_on_workers(
     tmp_path: Path, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
     given = write(tmp_path, "in.json", 1)
-    done = cli("submit", write(tmp_path, "doc.json", DOCUMENT), "--input", given, "--wait",
-               "--json", "--require-workers", settings=settings)  # fmt: skip
+    done = cli(
+        "submit",
+        write(tmp_path, "doc.json", DOCUMENT),
+        "--input",
+        given,
+        "--wait",
+        "--json",
+        "--require-workers",
+        settings=settings,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == 4
-    empty = cli("submit", write(tmp_path, "empty.json", "Empty"), "--wait", "--json",
-                settings=settings)  # fmt: skip
+    empty = cli(
+        "submit", write(tmp_path, "empty.json", "Empty"), "--wait", "--json", settings=settings
+    )
     assert empty.returncode == 0, empty.stderr
     assert json.loads(empty.stdout) is None

@@ -131,8 +131,10 @@ def test_installed_console_script_runs_the_bundled_example() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["phases"][1]["phase_type"] == "parallel"
     bad = subprocess.run(
-        [script, "plan", str(SCHEDULE_INPUT) + ".missing"], capture_output=True, text=True,
+        [script, "plan", str(SCHEDULE_INPUT) + ".missing"],
+        capture_output=True,
+        text=True,
         timeout=60,
         check=False,
-    )  # fmt: skip
+    )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and bad.stderr.strip()

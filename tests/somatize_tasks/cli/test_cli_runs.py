@@ -23,9 +23,13 @@ def cli(
         **(settings.to_env() if settings else {}),
     }
     return subprocess.run(  # noqa: PLW1510 - callers assert on the return code
-        [sys.executable, "-m", "somatize_tasks", *args], capture_output=True, text=True,
-        timeout=timeout, env=env, cwd=REPO,
-    )  # fmt: skip
+        [sys.executable, "-m", "somatize_tasks", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def write(tmp_path: Path, name: str, value: object) -> str:
@@ -36,8 +40,15 @@ def write(tmp_path: Path, name: str, value: object) -> str:
 
 def test_run_executes_a_plan_here_and_prints_only_json(tmp_path: Path) -> None:
     plan = write(tmp_path, "plan.json", BRANCH)
-    done = cli("run", plan, "--nodes", "testkit.nodes.run_nodes", "--input",
-               write(tmp_path, "in.json", 20), "--json")  # fmt: skip
+    done = cli(
+        "run",
+        plan,
+        "--nodes",
+        "testkit.nodes.run_nodes",
+        "--input",
+        write(tmp_path, "in.json", 20),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == 40
 

@@ -22,10 +22,12 @@ from tests.somatize_tasks.cli.helpers import (
 EXAMPLES = resources.files("somatize_tasks.examples")
 
 
-def _run(args: list[str], env: dict[str, str],
-         timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cli(*args), env=env, capture_output=True, text=True, timeout=timeout_s,
-                          check=False)
+def _run(
+    args: list[str], env: dict[str, str], timeout_s: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cli(*args), env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
 
 
 def _exports(stdout: str) -> dict[str, str]:
@@ -40,8 +42,9 @@ def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
     run_dir = tmp_path / "cluster"
     (tmp_path / "tmp").mkdir()
     env = cli_env(marker, TMPDIR=str(tmp_path / "tmp"))  # the remembered run dir lives there
-    up = _run(["cluster", "up", "--workers", "2", "--tags", "gpu,cpu", "--run-dir", str(run_dir)],
-              env)
+    up = _run(
+        ["cluster", "up", "--workers", "2", "--tags", "gpu,cpu", "--run-dir", str(run_dir)], env
+    )
     try:
         assert up.returncode == 0, up.stderr
         exports = _exports(up.stdout)
@@ -64,10 +67,20 @@ def test_up_submit_down_leaves_no_process(tmp_path: Path) -> None:
         status = _run(["cluster", "status", "--run-dir", str(run_dir)], env)
         assert status.returncode == 0 and "2 live worker(s)" in status.stdout, status.stderr
 
-        submit = _run(["submit", str(EXAMPLES / "pipeline.plan.json"),
-                       "--params", str(EXAMPLES / "pipeline.params.json"),
-                       "--wait", "--json", "--require-workers", "--timeout", "60"],
-                      {**env, **exports})
+        submit = _run(
+            [
+                "submit",
+                str(EXAMPLES / "pipeline.plan.json"),
+                "--params",
+                str(EXAMPLES / "pipeline.params.json"),
+                "--wait",
+                "--json",
+                "--require-workers",
+                "--timeout",
+                "60",
+            ],
+            {**env, **exports},
+        )
         assert submit.returncode == 0, submit.stderr
         output = json.loads(submit.stdout)
         assert output["budget"] == 3 and output["accuracy"] == pytest.approx(0.955)

@@ -24,10 +24,13 @@ pytestmark = pytest.mark.slow
 
 def _start(tmp_path: Path, marker: str, *args: str) -> OutputReader:
     proc = subprocess.Popen(
-        cli("demo", *args), cwd=tmp_path, env=cli_env(marker, hide_redis_server=True,
-                                                      TMPDIR=str(tmp_path)),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cli("demo", *args),
+        cwd=tmp_path,
+        env=cli_env(marker, hide_redis_server=True, TMPDIR=str(tmp_path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return OutputReader(proc)
 
 

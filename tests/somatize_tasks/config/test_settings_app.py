@@ -43,8 +43,9 @@ def test_overrides_beat_environment_and_bad_values_name_the_field(
         Settings.from_env(heartbeat_interval_s=2, heartbeat_ttl_s=1)
 
 
-def test_to_env_rebuilds_the_same_settings(settings: Settings,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_to_env_rebuilds_the_same_settings(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
     assert Settings.from_env() == settings
@@ -68,14 +69,14 @@ def test_celery_config_is_json_only_with_events_and_late_acks(settings: Settings
 
 def test_rediss_urls_get_tls_options(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
-    config = celery_config(Settings(redis_url="rediss://:pw@h:6380/0",
-                                    redis_ssl_ca_certs=ca))
+    config = celery_config(Settings(redis_url="rediss://:pw@h:6380/0", redis_ssl_ca_certs=ca))
     expected = {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": str(ca)}
     assert config["broker_use_ssl"] == expected == config["redis_backend_use_ssl"]
 
 
-def test_app_settings_are_bound_or_read_lazily(settings: Settings,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_app_settings_are_bound_or_read_lazily(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = create_app(settings)
     assert settings_of(app) is settings
     assert app.conf.broker_url == settings.redis_url
@@ -96,7 +97,10 @@ def test_queue_and_key_names_come_from_one_place() -> None:
     assert queue_name("gpu-1") == "somatize.w.gpu-1"
     keys = RedisKeys("p")
     assert (keys.workers_seen, keys.workers_info, keys.key("run", "r1")) == (
-        "p:workers:seen", "p:workers:info", "p:run:r1")
+        "p:workers:seen",
+        "p:workers:info",
+        "p:run:r1",
+    )
 
 
 def _fake_smi(tmp_path: Path, output: str, code: int = 0) -> str:

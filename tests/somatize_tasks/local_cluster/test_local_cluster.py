@@ -52,8 +52,12 @@ def test_stop_group_kills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     spawn_child = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {stubborn!r}])"
     script = f"{spawn_child}; {stubborn}"
-    proc = spawn([sys.executable, "-c", script], env=dict(os.environ), log_path=tmp_path / "log",
-                 tie_to_parent=True)
+    proc = spawn(
+        [sys.executable, "-c", script],
+        env=dict(os.environ),
+        log_path=tmp_path / "log",
+        tie_to_parent=True,
+    )
     time.sleep(0.5)
     ref = ProcessRef.of(proc.pid)
     started = time.monotonic()
@@ -64,8 +68,9 @@ def test_stop_group_kills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
 
 
 def test_a_stale_ref_never_signals_the_process_that_reused_its_pid() -> None:
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             start_new_session=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
     try:
         stale = ProcessRef(other.pid, start_ticks=1)  # same pid, another start time
         assert stale.pid_taken() and not stale.alive()

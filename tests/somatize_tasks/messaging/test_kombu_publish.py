@@ -37,8 +37,13 @@ def test_a_message_published_into_a_transaction_goes_out_with_it(settings: Setti
         with app.producer_or_acquire() as producer:
             assert can_publish_into(producer)
             with publishing_into(producer, pipe):
-                app.send_task(NODE_TASK, kwargs={"run_id": "r"}, queue=queue,
-                              producer=producer, ignore_result=True)  # fmt: skip
+                app.send_task(
+                    NODE_TASK,
+                    kwargs={"run_id": "r"},
+                    queue=queue,
+                    producer=producer,
+                    ignore_result=True,
+                )
         assert client.llen(queue) == 0, "nothing goes out before the transaction"
         pipe.execute()
         assert client.llen(queue) == 1 and client.get(marker) == b"1"
@@ -55,14 +60,24 @@ def test_a_publish_that_raises_sends_nothing(settings: Settings) -> None:
         with app.producer_or_acquire() as producer:
             try:
                 with publishing_into(producer, pipe):
-                    app.send_task(NODE_TASK, kwargs={"run_id": "r"}, queue=queue,
-                                  producer=producer, ignore_result=True)  # fmt: skip
+                    app.send_task(
+                        NODE_TASK,
+                        kwargs={"run_id": "r"},
+                        queue=queue,
+                        producer=producer,
+                        ignore_result=True,
+                    )
                     raise RuntimeError("recording failed")
             except RuntimeError:
                 pass
             # The producer publishes at once again afterwards (no batch left behind).
-            app.send_task(NODE_TASK, kwargs={"run_id": "r"}, queue=queue,
-                          producer=producer, ignore_result=True)  # fmt: skip
+            app.send_task(
+                NODE_TASK,
+                kwargs={"run_id": "r"},
+                queue=queue,
+                producer=producer,
+                ignore_result=True,
+            )
         assert client.llen(queue) == 1
     finally:
         client.delete(queue, f"_kombu.binding.{queue}")

@@ -60,8 +60,7 @@ def test_messages_received_but_not_started_go_back_when_the_broker_returns(
     with Connection(own_redis.url) as connection:
         producer = Producer(connection.channel())
         for n in range(2):
-            producer.publish({"n": n}, routing_key="rq-restore", declare=[queue],
-                             serializer="json")  # fmt: skip
+            producer.publish({"n": n}, routing_key="rq-restore", declare=[queue], serializer="json")
     connection, channel, (started, waiting) = _receive(own_redis.url, queue, 2)
     client = Redis.from_url(own_redis.url)
     assert client.llen("rq-restore") == 0 and client.hlen("unacked") == 2

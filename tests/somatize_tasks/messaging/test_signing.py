@@ -22,13 +22,20 @@ from somatize_tasks.messaging.signing import (
 )
 
 KEY, OLD, OTHER = b"k" * 32, b"o" * 32, b"x" * 32
-BODY = ((), {"run_id": "r1", "block": 2, "epoch": 0, "input": {"value": [1.5, "é", None]}},
-        {"callbacks": None, "errbacks": [{"task": "somatize.run.transfer_failed",
-                                          "args": ["r1", 2, 0, "t"]}], "chain": None})
+BODY = (
+    (),
+    {"run_id": "r1", "block": 2, "epoch": 0, "input": {"value": [1.5, "é", None]}},
+    {
+        "callbacks": None,
+        "errbacks": [{"task": "somatize.run.transfer_failed", "args": ["r1", 2, 0, "t"]}],
+        "chain": None,
+    },
+)
 
 
-def _received(key: bytes, body: object = BODY, task: str = "somatize.node.run",
-              task_id: str = "t-1") -> tuple[dict[str, str], object]:  # fmt: skip
+def _received(
+    key: bytes, body: object = BODY, task: str = "somatize.node.run", task_id: str = "t-1"
+) -> tuple[dict[str, str], object]:
     """The headers and decoded body a worker sees for a message signed with ``key``."""
     headers = {"task": task, "id": task_id, HEADER: sign(key, task, task_id, body)}
     return headers, loads(dumps(body))  # through the wire's JSON: tuples become lists
@@ -80,8 +87,9 @@ def test_keys_come_from_settings_and_short_ones_are_refused_without_echoing_them
 
 
 def test_a_key_mismatch_between_producer_and_workers_is_named_without_the_keys() -> None:
-    workers = Settings(message_key=SecretStr(KEY.decode()),
-                       message_keys_previous=[SecretStr(OLD.decode())])  # fmt: skip
+    workers = Settings(
+        message_key=SecretStr(KEY.decode()), message_keys_previous=[SecretStr(OLD.decode())]
+    )
     accepted = accepted_key_ids(workers)
     assert accepted == [key_id(KEY), key_id(OLD)]
     assert accepted_key_ids(Settings()) == [UNSIGNED]

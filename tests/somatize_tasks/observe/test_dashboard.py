@@ -34,9 +34,16 @@ from tests.somatize_tasks.cli.helpers import stop_group
 
 pytestmark = pytest.mark.slow
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-CHROME_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--window-size=1280,1600")  # fmt: skip
+CHROME_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1600",
+)
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -51,11 +58,15 @@ def serving(settings: Settings, log_path: Path, *args: str) -> Iterator[str]:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "somatize_tasks", "dashboard", "--port", str(port), *args],
-            cwd=REPO, env=_env(settings), stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     url = f"http://127.0.0.1:{port}"
     try:
+
         def up() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"dashboard exited:\n{log_path.read_text()}")
@@ -102,37 +113,57 @@ def _js(browser: Any, script: str, *args: Any) -> Any:
 
 def _bar(browser: Any, node: str) -> dict[str, Any] | None:
     """The node's last bar in the live timeline: state, colour, width."""
-    return _js(browser, """
+    return _js(
+        browser,
+        """
         const bars = document.querySelectorAll(
             '#timeline rect.bar[data-node="' + arguments[0] + '"]');
         if (!bars.length) return null;
         const b = bars[bars.length - 1];
         return {state: b.dataset.state, fill: b.getAttribute('fill'),
-                width: parseFloat(b.getAttribute('width'))};""", node)
+                width: parseFloat(b.getAttribute('width'))};""",
+        node,
+    )
 
 
 def test_a_run_appears_its_bars_grow_and_a_failure_shows_red_with_its_message(
-    dashboard: str, browser: Any, settings: Settings,
+    dashboard: str,
+    browser: Any,
+    settings: Settings,
     two_workers: tuple[WorkerProcess, WorkerProcess],
 ) -> None:
     browser.get(dashboard + "/")
     ids = {w.worker_id for w in two_workers}
-    assert wait_for(lambda: ids <= set(_js(browser, """return [...document.querySelectorAll(
-        '#workers tr[data-worker]')].map(r => r.dataset.worker);""")), 15, 0.2)
+    assert wait_for(
+        lambda: (
+            ids
+            <= set(
+                _js(
+                    browser,
+                    """return [...document.querySelectorAll(
+        '#workers tr[data-worker]')].map(r => r.dataset.worker);""",
+                )
+            )
+        ),
+        15,
+        0.2,
+    )
     slots = _js(browser, "return document.querySelector('#workers .slots-cell').textContent")
     assert "/2" in slots  # used/total slots
 
     # One task per node (no fused chain), so rt_sleep_2 starts a second into the run
     # and its bar visibly widens while the time axis grows with it.
     unfused = settings.model_copy(update={"fuse_chains": False})
-    slow = submit_plan(seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sleep_2"), ex("rt_sum")),
-                       params={"rt_sleep": {"s": 1}, "rt_sleep_2": {"s": 4}}, settings=unfused,
-                       require_workers=True)  # fmt: skip
+    slow = submit_plan(
+        seq(ex("rt_make"), ex("rt_sleep"), ex("rt_sleep_2"), ex("rt_sum")),
+        params={"rt_sleep": {"s": 1}, "rt_sleep_2": {"s": 4}},
+        settings=unfused,
+        require_workers=True,
+    )
     row = f'#runs tr[data-run="{slow.id}"]'
     assert wait_for(lambda: _js(browser, f"return !!document.querySelector('{row}')"), 10, 0.2)
     _js(browser, f"document.querySelector('{row}').click()")
-    assert wait_for(lambda: (_bar(browser, "rt_sleep_2") or {}).get("state") == "running", 15,
-                    0.2)  # fmt: skip
+    assert wait_for(lambda: (_bar(browser, "rt_sleep_2") or {}).get("state") == "running", 15, 0.2)
     first = _bar(browser, "rt_sleep_2")
     time.sleep(1.6)
     later = _bar(browser, "rt_sleep_2")
@@ -140,19 +171,26 @@ def test_a_run_appears_its_bars_grow_and_a_failure_shows_red_with_its_message(
     assert later["fill"] == STATE_COLOURS["running"]
     assert slow.wait(timeout=30) is not None
     assert wait_for(lambda: (_bar(browser, "rt_sum") or {}).get("state") == "done", 10, 0.2)
-    assert wait_for(lambda: _js(browser, f"return document.querySelector('{row}').dataset.state")
-                    == "done", 10, 0.2)  # fmt: skip
+    assert wait_for(
+        lambda: _js(browser, f"return document.querySelector('{row}').dataset.state") == "done",
+        10,
+        0.2,
+    )
 
-    failing = submit_plan(seq(ex("rt_make"), ex("rt_fail")), settings=settings,
-                          require_workers=True)  # fmt: skip
+    failing = submit_plan(
+        seq(ex("rt_make"), ex("rt_fail")), settings=settings, require_workers=True
+    )
     with pytest.raises(NodeFailedError):
         failing.wait(timeout=30)
     browser.get(f"{dashboard}/#run={failing.id}")
     assert wait_for(lambda: (_bar(browser, "rt_fail") or {}).get("state") == "failed", 15, 0.2)
     assert (_bar(browser, "rt_fail") or {})["fill"] == STATE_COLOURS["failed"]
     message = "rt_fail failed on purpose"
-    shown = _js(browser, """return [...document.querySelectorAll('#timeline text.error')]
-        .map(t => t.textContent).join(' ')""")
+    shown = _js(
+        browser,
+        """return [...document.querySelectorAll('#timeline text.error')]
+        .map(t => t.textContent).join(' ')""",
+    )
     assert message in shown
     assert message in _js(browser, "return document.querySelector('#run-error').textContent")
     failed_row = f'#runs tr[data-run="{failing.id}"]'
@@ -176,10 +214,23 @@ def test_bound_wider_it_needs_credentials_and_then_checks_them(
     settings: Settings, tmp_path: Path
 ) -> None:
     refused = subprocess.run(
-        [sys.executable, "-m", "somatize_tasks", "dashboard", "--address", "0.0.0.0",
-         "--port", str(free_port())], cwd=REPO, env=_env(settings), capture_output=True,
-        text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "somatize_tasks",
+            "dashboard",
+            "--address",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+        ],
+        cwd=REPO,
+        env=_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith("Error: ") and "--basic-auth" in refused.stderr
     with serving(settings, tmp_path / "auth.log", "--basic-auth", "admin:s3cret") as url:

@@ -67,13 +67,24 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
     env = {**os.environ, **settings.to_env()}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "celery", "-A", "somatize_tasks", "flower",
-               f"--port={port}", "--address=127.0.0.1", f"--basic-auth={USER}:{PASSWORD}"]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "somatize_tasks",
+        "flower",
+        f"--port={port}",
+        "--address=127.0.0.1",
+        f"--basic-auth={USER}:{PASSWORD}",
+    ]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     running = Flower(f"http://127.0.0.1:{port}", proc, log_path)
     try:
+
         def up() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"flower exited:\n{log_path.read_text()}")
@@ -96,9 +107,10 @@ def _tasks_of_run(flower: Flower, run_id: str) -> dict[str, dict[str, Any]]:
     status, tasks = flower.get("/api/tasks?limit=1000")
     assert status == 200
     return {
-        task_id: task for task_id, task in tasks.items()
+        task_id: task
+        for task_id, task in tasks.items()
         if f"run={run_id}" in f"{task.get('args')} {task.get('kwargs')}"
-    }  # fmt: skip
+    }
 
 
 def test_node_and_transfer_tasks_show_readably_on_their_workers(
@@ -118,15 +130,22 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     def seen_all() -> bool:
         tasks = _tasks_of_run(flower, run.id).values()
         names = [t["name"] for t in tasks if t.get("worker") and t.get("state") == "SUCCESS"]
-        shown = [n for name in names if name.startswith("node:")
-                 for n in name.removeprefix("node:").split("+")]
-        return (len(shown) >= len(status.nodes)
-                and any(n.startswith("transfer:upload ") for n in names)
-                and any(n.startswith("transfer:download ") for n in names))
+        shown = [
+            n
+            for name in names
+            if name.startswith("node:")
+            for n in name.removeprefix("node:").split("+")
+        ]
+        return (
+            len(shown) >= len(status.nodes)
+            and any(n.startswith("transfer:upload ") for n in names)
+            and any(n.startswith("transfer:download ") for n in names)
+        )
 
     assert wait_for(seen_all, 20, 0.3), sorted(
         (t["name"], t.get("state"), bool(t.get("worker")))
-        for t in _tasks_of_run(flower, run.id).values())
+        for t in _tasks_of_run(flower, run.id).values()
+    )
     tasks = list(_tasks_of_run(flower, run.id).values())
     for task in tasks:
         shown = f"{task['args']} {task['kwargs']}"
@@ -145,10 +164,12 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     for record in crossing:
         route = f"{record['from_node']} {record['from_worker']}->{record['to_worker']}"
         label = f"run={run.id} node={route}"
-        upload = [t for t in tasks
-                  if t["name"] == f"transfer:upload {route}" and t["args"] == label]
-        download = [t for t in tasks
-                    if t["name"] == f"transfer:download {route}" and t["args"] == label]
+        upload = [
+            t for t in tasks if t["name"] == f"transfer:upload {route}" and t["args"] == label
+        ]
+        download = [
+            t for t in tasks if t["name"] == f"transfer:download {route}" and t["args"] == label
+        ]
         assert upload and download, (label, [(t["name"], t["args"]) for t in tasks])
         assert all(t["worker"].startswith(f"{record['from_worker']}@") for t in upload)
         assert all(t["worker"].startswith(f"{record['to_worker']}@") for t in download)
@@ -163,19 +184,29 @@ def test_the_task_list_page_names_nodes(
     assert run.wait(timeout=60) == FORK_JOIN_OUTPUT
     wanted = set(run.status().nodes)
 
-    query = urllib.parse.urlencode({
-        "draw": 1, "start": 0, "length": 1000, "search[value]": "",
-        "order[0][column]": 0, "columns[0][data]": "received", "order[0][dir]": "desc",
-    })  # fmt: skip
+    query = urllib.parse.urlencode(
+        {
+            "draw": 1,
+            "start": 0,
+            "length": 1000,
+            "search[value]": "",
+            "order[0][column]": 0,
+            "columns[0][data]": "received",
+            "order[0][dir]": "desc",
+        }
+    )
 
     def listed() -> set[str]:
         status, page = flower.get(f"/tasks/datatable?{query}")
         if status != 200:
             return set()
-        return {node for row in page["data"]
-                if f"run={run.id}" in f"{row.get('args')} {row.get('kwargs')}"
-                and row["name"].startswith("node:")
-                for node in row["name"].removeprefix("node:").split("+")}
+        return {
+            node
+            for row in page["data"]
+            if f"run={run.id}" in f"{row.get('args')} {row.get('kwargs')}"
+            and row["name"].startswith("node:")
+            for node in row["name"].removeprefix("node:").split("+")
+        }
 
     assert wait_for(lambda: wanted <= listed(), 20, 0.3), (wanted, listed())
 

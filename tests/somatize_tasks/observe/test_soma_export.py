@@ -37,8 +37,9 @@ FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 
 
 def _export(settings: Settings, run_id: str, root: Path) -> Path:
-    done = CliRunner().invoke(main, ["export", run_id, "--soma", str(root)],
-                              env=settings.to_env(), catch_exceptions=False)  # fmt: skip
+    done = CliRunner().invoke(
+        main, ["export", run_id, "--soma", str(root)], env=settings.to_env(), catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     run_dir = root / "runs" / run_id
     assert str(run_dir) in done.output
@@ -69,8 +70,11 @@ def test_a_finished_run_exports_as_a_soma_run_directory(
     run_dir = _export(settings, run.id, tmp_path / ".soma")
     events = _events(run_dir)
     assert events[0]["event_type"] == "RunStarted" and events[-1]["event_type"] == "RunCompleted"
-    assert events[0]["plan_summary"] == {"total_nodes": len(run.status().nodes),
-                                         "cached_nodes": 0, "parallel_branches": 2}
+    assert events[0]["plan_summary"] == {
+        "total_nodes": len(run.status().nodes),
+        "cached_nodes": 0,
+        "parallel_branches": 2,
+    }
     started = {e["node_id"] for e in events if e["event_type"] == "NodeStarted"}
     completed = {e["node_id"] for e in events if e["event_type"] == "NodeCompleted"}
     ran = {n for n, s in run.status().nodes.items() if s.started_at is not None}
@@ -87,8 +91,7 @@ def test_a_finished_run_exports_as_a_soma_run_directory(
 def test_a_failed_run_exports_its_node_failure_and_run_failure(
     tmp_path: Path, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
-    run = submit_plan(FAILING, settings=settings,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(FAILING, settings=settings, require_workers=True)
     with pytest.raises(NodeFailedError):
         run.wait(timeout=60)
     events = _events(_export(settings, run.id, tmp_path))
@@ -102,7 +105,8 @@ def test_a_failed_run_exports_its_node_failure_and_run_failure(
 
 
 def test_an_unknown_run_is_one_error_line(tmp_path: Path, settings: Settings) -> None:
-    done = CliRunner().invoke(main, ["export", "no-such-run", "--soma", str(tmp_path)],
-                              env=settings.to_env())  # fmt: skip
+    done = CliRunner().invoke(
+        main, ["export", "no-such-run", "--soma", str(tmp_path)], env=settings.to_env()
+    )
     assert done.exit_code == 1
     assert done.output.startswith("Error: ") and done.output.count("\n") == 1, done.output

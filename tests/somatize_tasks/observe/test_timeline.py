@@ -35,7 +35,9 @@ def _transfers(svg: str) -> list[ET.Element]:
 
 @pytest.mark.slow
 def test_a_real_run_draws_a_bar_per_node_on_its_worker_and_an_arrow_per_transfer(
-    settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path,
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = submit_plan(FORK_JOIN, ops=FORK_JOIN_OPS, settings=settings, require_workers=True)
@@ -47,8 +49,12 @@ def test_a_real_run_draws_a_bar_per_node_on_its_worker_and_an_arrow_per_transfer
     rows = _rows(svg)
     assert {gpu.worker_id for gpu in two_workers} <= set(rows)
     for node_id, node in status.nodes.items():
-        bars = [(worker, bar) for worker, row in rows.items() for bar in row.iter(f"{SVG}rect")
-                if bar.get("data-node") == node_id]
+        bars = [
+            (worker, bar)
+            for worker, row in rows.items()
+            for bar in row.iter(f"{SVG}rect")
+            if bar.get("data-node") == node_id
+        ]
         assert len(bars) == 1, (node_id, bars)
         worker, bar = bars[0]
         assert worker == node.worker and bar.get("data-state") == "done"
@@ -66,17 +72,30 @@ def test_a_real_run_draws_a_bar_per_node_on_its_worker_and_an_arrow_per_transfer
         result = CliRunner().invoke(main, ["timeline", run.id, "-o", str(out)])
         assert result.exit_code == 0, result.output
         text = out.read_text()
-        embedded = text[text.index("<svg"): text.index("</svg>") + len("</svg>")]
+        embedded = text[text.index("<svg") : text.index("</svg>") + len("</svg>")]
         assert len(_rows(embedded)) == len(rows)
     page = (tmp_path / "run.html").read_text()
     assert "<script" not in page and "https://" not in page and "rt_sum_2" in page
 
 
 def _status(**nodes: NodeStatus) -> RunStatus:
-    return RunStatus("r1", "running", dict(nodes), created_at=100.0, transfers=[
-        {"from_node": "a", "to_node": "c", "from_worker": "w1", "to_worker": "w2",
-         "transfer_type": "s3", "bytes": 5000, "at": 101.2},
-    ])
+    return RunStatus(
+        "r1",
+        "running",
+        dict(nodes),
+        created_at=100.0,
+        transfers=[
+            {
+                "from_node": "a",
+                "to_node": "c",
+                "from_worker": "w1",
+                "to_worker": "w2",
+                "transfer_type": "s3",
+                "bytes": 5000,
+                "at": 101.2,
+            },
+        ],
+    )
 
 
 def test_overlapping_nodes_take_lanes_and_states_take_colours() -> None:
@@ -88,8 +107,12 @@ def test_overlapping_nodes_take_lanes_and_states_take_colours() -> None:
     )
     svg = timeline_svg(status, now=103.0)
     rows = _rows(svg)
-    bars = {b.get("data-node"): b for row in rows.values() for b in row.iter(f"{SVG}rect")
-            if b.get("class") == "bar"}
+    bars = {
+        b.get("data-node"): b
+        for row in rows.values()
+        for b in row.iter(f"{SVG}rect")
+        if b.get("class") == "bar"
+    }
     assert set(bars) == {"a", "b", "c"}
     assert float(bars["a"].get("y", 0)) != float(bars["b"].get("y", 0))
     assert bars["b"].get("fill") == STATE_COLOURS["failed"]
@@ -117,18 +140,27 @@ def _texts(svg: str, cls: str) -> list[ET.Element]:
 
 def _marks(svg: str) -> dict[str, str]:
     root = ET.fromstring(svg.encode())
-    return {g.get("data-node", ""): g.get("data-state", "") for g in root.iter(f"{SVG}g")
-            if g.get("class") == "mark"}
+    return {
+        g.get("data-node", ""): g.get("data-state", "")
+        for g in root.iter(f"{SVG}g")
+        if g.get("class") == "mark"
+    }
 
 
 def test_failures_are_red_with_their_error_and_nodes_that_never_ran_are_marked() -> None:
-    status = RunStatus("r1", "failed", {
-        "a": NodeStatus("done", "w1", 100.0, 101.0),
-        "b": NodeStatus("failed", "w1", 101.0, 101.5, "ValueError: bad row 7"),
-        "c": NodeStatus("pending"),  # after the failure
-        "d": NodeStatus("skipped"),  # an arm not taken
-    }, error={"node_id": "b", "worker_id": "w1", "type": "ValueError", "message": "bad row 7"},
-        created_at=100.0, finished_at=101.6)
+    status = RunStatus(
+        "r1",
+        "failed",
+        {
+            "a": NodeStatus("done", "w1", 100.0, 101.0),
+            "b": NodeStatus("failed", "w1", 101.0, 101.5, "ValueError: bad row 7"),
+            "c": NodeStatus("pending"),  # after the failure
+            "d": NodeStatus("skipped"),  # an arm not taken
+        },
+        error={"node_id": "b", "worker_id": "w1", "type": "ValueError", "message": "bad row 7"},
+        created_at=100.0,
+        finished_at=101.6,
+    )
     svg = timeline_svg(status)
     failed = [b for b in _bars(svg) if b.get("data-node") == "b"]
     assert failed and failed[0].get("fill") == STATE_COLOURS["failed"]
@@ -140,31 +172,46 @@ def test_failures_are_red_with_their_error_and_nodes_that_never_ran_are_marked()
 
 
 def test_history_draws_a_dead_workers_attempt_and_every_loop_pass() -> None:
-    status = RunStatus("r2", "done", {
-        "slow": NodeStatus("done", "w2", 105.0, 107.0),
-        "body": NodeStatus("done", "w2", 108.0, 108.5),
-    }, created_at=100.0, finished_at=109.0)
+    status = RunStatus(
+        "r2",
+        "done",
+        {
+            "slow": NodeStatus("done", "w2", 105.0, 107.0),
+            "body": NodeStatus("done", "w2", 108.0, 108.5),
+        },
+        created_at=100.0,
+        finished_at=109.0,
+    )
     history = [
         {"at": 101.0, "nodes": ["slow"], "state": "running", "worker": "w1", "epoch": 0},
         {"at": 105.0, "nodes": ["slow"], "state": "running", "worker": "w2", "epoch": 0},
         {"at": 107.0, "nodes": ["slow"], "state": "done", "worker": "w2", "epoch": 0},
-        *({"at": 107.0 + p * 0.5, "nodes": ["body"], "state": s, "worker": "w2", "epoch": p}
-          for p in (1, 2, 3) for s in ("running", "done")),
+        *(
+            {"at": 107.0 + p * 0.5, "nodes": ["body"], "state": s, "worker": "w2", "epoch": p}
+            for p in (1, 2, 3)
+            for s in ("running", "done")
+        ),
     ]
     svg = timeline_svg(status, history=history)
     bars = _bars(svg)
-    slow = sorted((b.get("data-worker"), b.get("data-state")) for b in bars
-                  if b.get("data-node") == "slow")
+    slow = sorted(
+        (b.get("data-worker"), b.get("data-state")) for b in bars if b.get("data-node") == "slow"
+    )
     assert slow == [("w1", "lost"), ("w2", "done")]
     assert sorted(b.get("data-epoch") for b in bars if b.get("data-node") == "body") == [
-        "1", "2", "3"]
+        "1",
+        "2",
+        "3",
+    ]
     labels = [t.text or "" for t in _texts(svg, "label")]
     assert "slow (worker died)" in labels and "every attempt and loop pass drawn" in svg
 
 
 def test_hundreds_of_short_nodes_stay_readable_and_labels_stay_inside() -> None:
-    nodes = {f"step_{i:03d}": NodeStatus("done", "w1", 100.0 + i * 0.01, 100.0 + i * 0.01 + 0.008)
-             for i in range(300)}
+    nodes = {
+        f"step_{i:03d}": NodeStatus("done", "w1", 100.0 + i * 0.01, 100.0 + i * 0.01 + 0.008)
+        for i in range(300)
+    }
     nodes["a_node_with_a_rather_long_name_at_the_end"] = NodeStatus("done", "w1", 102.99, 103.0)
     status = RunStatus("r3", "done", nodes, created_at=100.0, finished_at=103.0)
     svg = timeline_svg(status)
@@ -181,10 +228,16 @@ def test_hundreds_of_short_nodes_stay_readable_and_labels_stay_inside() -> None:
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
     # Alone at the right edge, a long label ends at the edge instead of being clipped.
-    edge = RunStatus("r4", "done", {
-        "first": NodeStatus("done", "w1", 100.0, 102.9),
-        "a_node_with_a_rather_long_name_at_the_end": NodeStatus("done", "w1", 102.95, 103.0),
-    }, created_at=100.0, finished_at=103.0)
+    edge = RunStatus(
+        "r4",
+        "done",
+        {
+            "first": NodeStatus("done", "w1", 100.0, 102.9),
+            "a_node_with_a_rather_long_name_at_the_end": NodeStatus("done", "w1", 102.95, 103.0),
+        },
+        created_at=100.0,
+        finished_at=103.0,
+    )
     shown = {t.text: float(t.get("x", 0)) for t in _texts(timeline_svg(edge), "label")}
     long_name = "a_node_with_a_rather_long_name_at_the_end"
     assert long_name in shown and shown[long_name] + len(long_name) * 11 * 0.62 <= 1000
@@ -192,20 +245,22 @@ def test_hundreds_of_short_nodes_stay_readable_and_labels_stay_inside() -> None:
 
 @pytest.mark.slow
 def test_a_real_failed_run_and_a_real_loop(
-    settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path,
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name, value in settings.to_env().items():
         monkeypatch.setenv(name, value)
-    failing = submit_plan(FAILING, settings=settings,
-                          require_workers=True)
+    failing = submit_plan(FAILING, settings=settings, require_workers=True)
     with pytest.raises(NodeFailedError):
         failing.wait(timeout=60)
     out = tmp_path / "failed.svg"
     assert CliRunner().invoke(main, ["timeline", failing.id, "-o", str(out)]).exit_code == 0
     svg = out.read_text()
     assert [b.get("data-state") for b in _bars(svg) if b.get("data-node") == "rt_fail"] == [
-        "failed"]
+        "failed"
+    ]
     assert "rt_fail failed on purpose" in (_texts(svg, "error")[0].text or "")
     assert _marks(svg) == {"rt_sum": "not run"}
 

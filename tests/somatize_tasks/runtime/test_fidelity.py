@@ -51,8 +51,7 @@ def test_exhaust_with_a_null_cap_loads_and_runs_somas_100_passes_with_a_warning(
 
 def test_a_signal_that_never_says_stop_ends_at_the_cap_of_100_passes() -> None:
     body = seq(ex("sm_inc"), ex("sm_never_stop"))
-    plan = loop(body, until={"type": "WhenSignaled", "node": "sm_never_stop"},
-                carry_from="sm_inc")  # fmt: skip
+    plan = loop(body, until={"type": "WhenSignaled", "node": "sm_never_stop"}, carry_from="sm_inc")
     result = done(plan, input=0)
     assert result.output == 100
     assert result.nodes["sm_inc"]["epoch"] == 100
@@ -60,8 +59,15 @@ def test_a_signal_that_never_says_stop_ends_at_the_cap_of_100_passes() -> None:
 
 def test_when_signaled_reads_the_nodes_latest_value_even_from_before_the_loop() -> None:
     # sm_signal_first ran once, before the loop, and said stop (3 >= 3): one pass only.
-    plan = seq(ex("sm_signal_first"), loop(ex("sm_inc"), max_iterations=5, carry_from="sm_inc",
-               until={"type": "WhenSignaled", "node": "sm_signal_first"}))  # fmt: skip
+    plan = seq(
+        ex("sm_signal_first"),
+        loop(
+            ex("sm_inc"),
+            max_iterations=5,
+            carry_from="sm_inc",
+            until={"type": "WhenSignaled", "node": "sm_signal_first"},
+        ),
+    )
     preds = {"sm_inc": ["l"]}  # the loop reads the run's input, its body the carry
     assert done(plan, input=3, predecessors=preds).output == 4
     # Its latest value says continue (1 < 3) and it never runs again: all five passes.
@@ -69,8 +75,10 @@ def test_when_signaled_reads_the_nodes_latest_value_even_from_before_the_loop() 
 
 
 def test_when_signaled_fails_only_when_its_node_never_produced_a_value() -> None:
-    body = seq(ex("sm_inc"), branch("rt_label", ("big", ex("sm_signal_first")),
-                                    ("small", ex("sm_times10"))))  # fmt: skip
+    body = seq(
+        ex("sm_inc"),
+        branch("rt_label", ("big", ex("sm_signal_first")), ("small", ex("sm_times10"))),
+    )
     plan = loop(body, max_iterations=3, until={"type": "WhenSignaled", "node": "sm_signal_first"})
     error = failed(plan, input=0)
     assert error["node_id"] == "l"
@@ -121,11 +129,15 @@ def test_the_branch_nodes_own_value_is_its_input_not_the_selector() -> None:
 
 def test_a_diamond_reads_an_object_keyed_by_predecessor() -> None:
     plan = seq(ex("sm_inc"), par(ex("sm_times10"), ex("rt_double")), ex("sm_pair"))
-    preds = {"sm_times10": ["sm_inc"], "rt_double": ["sm_inc"],
-             "sm_pair": ["sm_times10", "rt_double"]}  # fmt: skip
+    preds = {
+        "sm_times10": ["sm_inc"],
+        "rt_double": ["sm_inc"],
+        "sm_pair": ["sm_times10", "rt_double"],
+    }
     assert done(plan, input=1, predecessors=preds).output == {
-        "keys": ["rt_double", "sm_times10"], "sum": 24.0,
-    }  # fmt: skip
+        "keys": ["rt_double", "sm_times10"],
+        "sum": 24.0,
+    }
 
 
 def test_a_skip_edge_reads_the_earlier_node_not_the_previous_step() -> None:
@@ -141,8 +153,9 @@ def test_the_document_form_and_roots_that_read_the_run_input() -> None:
 
 
 def test_a_predecessor_that_did_not_run_reads_as_none() -> None:
-    plan = seq(branch("sm_bool", ("true", ex("sm_inc")), ("false", ex("sm_times10"))),
-               ex("sm_describe"))  # fmt: skip
+    plan = seq(
+        branch("sm_bool", ("true", ex("sm_inc")), ("false", ex("sm_times10"))), ex("sm_describe")
+    )
     preds = {"sm_inc": ["sm_bool"], "sm_times10": ["sm_bool"], "sm_describe": ["sm_times10"]}
     assert done(plan, input=1, predecessors=preds).output == "NoneType:None"
 
@@ -277,11 +290,22 @@ def test_a_stream_mode_that_does_not_exist_is_refused_by_name() -> None:
 
 
 def test_unknown_fields_are_ignored_with_one_warning_naming_them() -> None:
-    plan = {"Sequence": [{"Execute": {"node_id": "sm_inc", "retries": 3}},
-                         {"Loop": {"node_id": "l", "body": ex("sm_times10"), "max_iterations": 1,
-                                   "schedule": "nightly"}}]}  # fmt: skip
+    plan = {
+        "Sequence": [
+            {"Execute": {"node_id": "sm_inc", "retries": 3}},
+            {
+                "Loop": {
+                    "node_id": "l",
+                    "body": ex("sm_times10"),
+                    "max_iterations": 1,
+                    "schedule": "nightly",
+                }
+            },
+        ]
+    }
     result = done(plan, input=1)
     assert result.output == 20
     notes = [w for w in result.warnings if "ignored plan fields" in w]
-    assert notes == ["ignored plan fields this version does not know: Execute.retries, "
-                     "Loop.schedule"]  # fmt: skip
+    assert notes == [
+        "ignored plan fields this version does not know: Execute.retries, Loop.schedule"
+    ]

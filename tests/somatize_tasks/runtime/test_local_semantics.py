@@ -72,8 +72,7 @@ def test_loop_carries_a_node_until_it_signals() -> None:
 
 
 def test_exhaust_runs_every_pass_and_carries_only_from_carry_from() -> None:
-    loop = {"node_id": "l", "body": ex("rt_add"), "max_iterations": 3,
-            "until": {"type": "Exhaust"}}  # fmt: skip
+    loop = {"node_id": "l", "body": ex("rt_add"), "max_iterations": 3, "until": {"type": "Exhaust"}}
     # As in Soma: without carry_from every pass starts from the loop's input again.
     assert output_of({"Loop": loop}, input=10) == 11
     assert output_of({"Loop": {**loop, "carry_from": "rt_add"}}, input=10) == 13
@@ -170,8 +169,15 @@ def test_parallel_keeps_every_empty_branch_under_its_own_name() -> None:
 def test_a_body_terminal_loop_runs_to_its_cap_as_somas_executor_does() -> None:
     # Soma's compiler resolves BodyTerminal to a named node; a plan that reaches the
     # executor with it runs every pass, whatever its body's last node signals.
-    body = seq(ex("rt_add"), {"Branch": {"node_id": "rt_label", "arms": [
-        ["small", ex("rt_done_2")], ["big", ex("rt_done")]]}})  # fmt: skip
+    body = seq(
+        ex("rt_add"),
+        {
+            "Branch": {
+                "node_id": "rt_label",
+                "arms": [["small", ex("rt_done_2")], ["big", ex("rt_done")]],
+            }
+        },
+    )
     plan = {"Loop": {"node_id": "l", "body": body, "max_iterations": 50, "carry_from": "rt_add"}}
     result = run_local(plan, input=0)
     assert result.output == 50
@@ -181,9 +187,23 @@ def test_a_body_terminal_loop_runs_to_its_cap_as_somas_executor_does() -> None:
 def test_an_outer_loop_reads_the_carry_and_signal_of_an_inner_loop() -> None:
     until = {"type": "WhenSignaled", "node": "rt_done"}
     body = seq(ex("rt_add"), ex("rt_done"))
-    inner = {"Loop": {"node_id": "inner", "body": body, "max_iterations": 10, "until": until,
-                      "carry_from": "rt_add"}}  # fmt: skip
-    outer = {"Loop": {"node_id": "outer", "body": inner, "max_iterations": 3, "until": until,
-                      "carry_from": "rt_add"}}  # fmt: skip
+    inner = {
+        "Loop": {
+            "node_id": "inner",
+            "body": body,
+            "max_iterations": 10,
+            "until": until,
+            "carry_from": "rt_add",
+        }
+    }
+    outer = {
+        "Loop": {
+            "node_id": "outer",
+            "body": inner,
+            "max_iterations": 3,
+            "until": until,
+            "carry_from": "rt_add",
+        }
+    }
     # The inner loop counts 0 -> 5 and signals stop; the outer loop sees that stop at once.
     assert output_of(outer, input=0) == 5

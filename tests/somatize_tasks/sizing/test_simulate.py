@@ -21,8 +21,9 @@ def test_more_workers_cost_more_and_saturation_is_reported() -> None:
 
 
 def test_the_cli_prints_cpu_memory_and_delay() -> None:
-    result = CliRunner().invoke(main, ["simulate", "--workers", "10000", "--plan-size", "1000",
-                                       "--runs", "2"])
+    result = CliRunner().invoke(
+        main, ["simulate", "--workers", "10000", "--plan-size", "1000", "--runs", "2"]
+    )
     assert result.exit_code == 0, result.output
     assert "Redis CPU" in result.output and "MiB" in result.output and "p99" in result.output
 
@@ -38,8 +39,9 @@ def test_calibrating_on_an_unreachable_redis_is_one_clear_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = CliRunner().invoke(main, ["simulate", "--workers", "10", "--calibrate",
-                                       f"redis://127.0.0.1:{port}/0"])
+    result = CliRunner().invoke(
+        main, ["simulate", "--workers", "10", "--calibrate", f"redis://127.0.0.1:{port}/0"]
+    )
     assert result.exit_code == 1
     assert f"cannot calibrate on redis://127.0.0.1:{port}/0" in result.output
     assert "Traceback" not in result.output

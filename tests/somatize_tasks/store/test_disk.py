@@ -35,8 +35,12 @@ BIG_INPUT = list(range(400_000))  # about 2.6 MB as JSON: more than the disk hol
 def tiny_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A 2 MiB tmpfs; skipped only where mounting is not allowed (not root)."""
     root = tmp_path_factory.mktemp("tiny-disk")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TINY}", "tmpfs", str(root)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TINY}", "tmpfs", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -50,7 +54,9 @@ def _files(root: Path) -> list[str]:
 
 
 def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
-    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    tiny_disk: Path,
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
     two_workers: Any,
 ) -> None:
     cache = tiny_disk / "worker-cache"
@@ -58,10 +64,16 @@ def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
     factory = WorkerFactory(small, tmp_path_factory.mktemp("disk-logs"))
     try:
         worker = factory.start("tinydisk", tags="tinydisk")
-        plan = {"Remote": {"node_id": "r", "target": {"Tag": "tinydisk"},
-                           "plan": {"Execute": {"node_id": "rt_make"}}}}  # fmt: skip
-        run = submit_plan(plan, params={"rt_make": {"n": 400_000}}, settings=settings,
-                          require_workers=True)  # fmt: skip
+        plan = {
+            "Remote": {
+                "node_id": "r",
+                "target": {"Tag": "tinydisk"},
+                "plan": {"Execute": {"node_id": "rt_make"}},
+            }
+        }
+        run = submit_plan(
+            plan, params={"rt_make": {"n": 400_000}}, settings=settings, require_workers=True
+        )
         with pytest.raises(NodeFailedError) as failed:
             run.wait(timeout=60)
         message = str(failed.value).split("\n\nRemote traceback")[0]
@@ -74,22 +86,38 @@ def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
 
 
 def test_a_download_to_a_full_disk_fails_the_run_and_leaves_no_partial_file(
-    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    tiny_disk: Path,
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
     two_workers: Any,
 ) -> None:
     cache = tiny_disk / "download-cache"
-    factory = WorkerFactory(settings.model_copy(update={"cache_dir": cache}),
-                            tmp_path_factory.mktemp("disk-logs"))  # fmt: skip
+    factory = WorkerFactory(
+        settings.model_copy(update={"cache_dir": cache}), tmp_path_factory.mktemp("disk-logs")
+    )
     try:
         worker = factory.start("tinydl", tags="tinydl")
-        plan = {"Sequence": [
-            {"Remote": {"node_id": "r1", "target": {"Tag": "cpu"},
-                        "plan": {"Execute": {"node_id": "rt_make"}}}},
-            {"Remote": {"node_id": "r2", "target": {"Tag": "tinydl"},
-                        "plan": {"Execute": {"node_id": "rt_sum"}}}},
-        ]}  # fmt: skip
-        run = submit_plan(plan, params={"rt_make": {"n": 400_000}}, settings=settings,
-                          require_workers=True)  # fmt: skip
+        plan = {
+            "Sequence": [
+                {
+                    "Remote": {
+                        "node_id": "r1",
+                        "target": {"Tag": "cpu"},
+                        "plan": {"Execute": {"node_id": "rt_make"}},
+                    }
+                },
+                {
+                    "Remote": {
+                        "node_id": "r2",
+                        "target": {"Tag": "tinydl"},
+                        "plan": {"Execute": {"node_id": "rt_sum"}},
+                    }
+                },
+            ]
+        }
+        run = submit_plan(
+            plan, params={"rt_make": {"n": 400_000}}, settings=settings, require_workers=True
+        )
         with pytest.raises(NodeFailedError) as failed:
             run.wait(timeout=60)
         message = str(failed.value).split("\n\nRemote traceback")[0]
@@ -100,8 +128,9 @@ def test_a_download_to_a_full_disk_fails_the_run_and_leaves_no_partial_file(
         factory.close()
 
 
-def test_a_full_disk_at_submit_is_a_clear_error(tiny_disk: Path, settings: Settings,
-                                                two_workers: Any, tmp_path: Path) -> None:
+def test_a_full_disk_at_submit_is_a_clear_error(
+    tiny_disk: Path, settings: Settings, two_workers: Any, tmp_path: Path
+) -> None:
     producer = settings.model_copy(update={"cache_dir": tiny_disk / "producer-cache"})
     plan = {"Execute": {"node_id": "rt_sum"}}
     with pytest.raises(DiskFullError, match=r"no space left on device: .*node 'input'"):
@@ -110,8 +139,11 @@ def test_a_full_disk_at_submit_is_a_clear_error(tiny_disk: Path, settings: Setti
     plan_file, input_file = tmp_path / "plan.json", tmp_path / "input.json"
     plan_file.write_text(json.dumps(plan))
     input_file.write_text(json.dumps(BIG_INPUT))
-    result = CliRunner().invoke(main, ["submit", str(plan_file), "--input", str(input_file),
-                                       "--require-workers"], env=producer.to_env())  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        ["submit", str(plan_file), "--input", str(input_file), "--require-workers"],
+        env=producer.to_env(),
+    )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert result.output.startswith("Error: no space left on device"), result.output[:400]
     assert "Traceback" not in result.output
@@ -146,8 +178,9 @@ def test_partial_files_are_swept_at_worker_start_and_by_gc(
     assert result.exit_code == 0, result.output
     assert not old.exists() and young.exists() and kept.exists()
     # A shared directory (one machine) is swept the same way.
-    shared = local.model_copy(update={"store_kind": "local",
-                                      "store_dir": tmp_path_factory.mktemp("sweep-store")})
+    shared = local.model_copy(
+        update={"store_kind": "local", "store_dir": tmp_path_factory.mktemp("sweep-store")}
+    )
     in_store = _leave_partial(shared.store_dir / "run3" / "node", age_s=3_600)
     result = CliRunner().invoke(main, ["gc", "--no-caches"], env=shared.to_env())
     assert "1 partial file(s) from the shared directory" in result.output, result.output
@@ -163,8 +196,13 @@ def test_gc_aborts_abandoned_multipart_uploads_under_the_prefix(
     s3: Any = s3_endpoint.client()
     bucket = s3_endpoint.bucket
     ours = s3.create_multipart_upload(Bucket=bucket, Key=f"{settings.s3_prefix}/r/n/0")
-    s3.upload_part(Bucket=bucket, Key=f"{settings.s3_prefix}/r/n/0", PartNumber=1,
-                   UploadId=ours["UploadId"], Body=b"x" * 1024)  # fmt: skip
+    s3.upload_part(
+        Bucket=bucket,
+        Key=f"{settings.s3_prefix}/r/n/0",
+        PartNumber=1,
+        UploadId=ours["UploadId"],
+        Body=b"x" * 1024,
+    )
     theirs = s3.create_multipart_upload(Bucket=bucket, Key="someone-else/file")
     try:
         # moto dates every upload 2010-11-10: a grace of 10^9 s (31 years) makes it young.
@@ -174,13 +212,15 @@ def test_gc_aborts_abandoned_multipart_uploads_under_the_prefix(
         left = {u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
         assert left == {"someone-else/file"}  # outside the project's prefix: not ours
     finally:
-        s3.abort_multipart_upload(Bucket=bucket, Key="someone-else/file",
-                                  UploadId=theirs["UploadId"])  # fmt: skip
+        s3.abort_multipart_upload(
+            Bucket=bucket, Key="someone-else/file", UploadId=theirs["UploadId"]
+        )
 
 
 def _gc_uploads(settings: Settings, grace_s: float) -> str:
-    result = CliRunner().invoke(main, ["gc", "--no-caches", "--uploads-older-than-s",
-                                       str(grace_s)], env=settings.to_env())  # fmt: skip
+    result = CliRunner().invoke(
+        main, ["gc", "--no-caches", "--uploads-older-than-s", str(grace_s)], env=settings.to_env()
+    )
     assert result.exit_code == 0, result.output
     return str(result.output)
 

@@ -72,11 +72,18 @@ def test_a_mapped_value_is_deleted_not_recycled_and_its_reader_keeps_its_bytes(
     tier = RamTier(ram_dir, 64 * MIB)
     path = write(tier, "r1", np.full(MIB, 7, dtype=np.uint8))
     reader = subprocess.Popen(  # another process maps it, as a worker or a producer does
-        [sys.executable, "-c", "import numpy as np, sys; a = np.load(sys.argv[1], "
-         "mmap_mode='r'); print('mapped', flush=True); sys.stdin.readline(); "
-         "print(int(a.sum()), flush=True)", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import numpy as np, sys; a = np.load(sys.argv[1], "
+            "mmap_mode='r'); print('mapped', flush=True); sys.stdin.readline(); "
+            "print(int(a.sum()), flush=True)",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert reader.stdout is not None and reader.stdin is not None
         assert reader.stdout.readline().strip() == "mapped"
@@ -119,9 +126,15 @@ def test_the_cache_sweep_trims_spares_and_never_takes_them_for_a_run(
     write(tier, "gone-run", np.ones(MIB, dtype=np.uint8))
     tier.delete_prefix("gone-run/")
     write(tier, "expired-run", np.ones(4 * MIB, dtype=np.uint8))  # too large to take it
-    sweeper = CacheSweeper(Redis.from_url(settings.redis_url), RedisKeys(settings.key_prefix),
-                           tmp_path / "cache", 0, 0, ram_roots=[tier.root],
-                           spares=tier.spares)  # fmt: skip
+    sweeper = CacheSweeper(
+        Redis.from_url(settings.redis_url),
+        RedisKeys(settings.key_prefix),
+        tmp_path / "cache",
+        0,
+        0,
+        ram_roots=[tier.root],
+        spares=tier.spares,
+    )
     assert sweeper.sweep() == 1  # the expired run's directory, not the spares'
     assert len(spares(tier)) == 1
     idle = time.time() - IDLE_S - 1
@@ -161,8 +174,14 @@ def test_a_gone_runs_ram_directory_goes_after_minutes_its_cache_after_the_ttl(
         (path / "n").mkdir(parents=True)
         (path / "n" / "0").write_bytes(b"x" * 1000)
         os.utime(path, (at, at))
-    sweeper = CacheSweeper(Redis.from_url(settings.redis_url), RedisKeys(settings.key_prefix),
-                           tmp_path, week, 0, ram_roots=[ram_dir])  # fmt: skip
+    sweeper = CacheSweeper(
+        Redis.from_url(settings.redis_url),
+        RedisKeys(settings.key_prefix),
+        tmp_path,
+        week,
+        0,
+        ram_roots=[ram_dir],
+    )
     assert sweeper.sweep() == 1
     assert not ram_old.exists() and ram_recent.exists() and cache_old.exists()
 
@@ -202,10 +221,18 @@ def test_a_reader_that_opens_a_file_while_it_is_taken_as_a_spare_says_so(
     store = ArtifactStore(local, "ram-a")
     ref = store.put("run-read", "big", 0, np.full(MIB // 2, 3, dtype=np.uint8))  # fits the spares
     reader = subprocess.Popen(
-        [sys.executable, "-c", _READER, str(local.ram_dir), local.key_prefix,
-         ref.model_dump_json()],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            _READER,
+            str(local.ram_dir),
+            local.key_prefix,
+            ref.model_dump_json(),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert reader.stdout is not None and reader.stdin is not None
     assert reader.stdout.readline().strip() == "ready"
     real_utime, told = os.utime, []

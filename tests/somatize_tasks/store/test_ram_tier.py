@@ -21,8 +21,13 @@ def run_id() -> str:
 
 
 def disk_files(settings: Settings) -> list[Path]:
-    return [p for root in (settings.store_dir, settings.cache_dir) if root.exists()
-            for p in root.rglob("*") if p.is_file()]  # fmt: skip
+    return [
+        p
+        for root in (settings.store_dir, settings.cache_dir)
+        if root.exists()
+        for p in root.rglob("*")
+        if p.is_file()
+    ]
 
 
 def test_a_large_value_crosses_workers_through_ram_and_touches_no_disk(local: Settings) -> None:
@@ -63,8 +68,9 @@ def test_a_file_system_short_of_room_falls_back_to_disk(
         f_frsize, f_blocks, f_bavail = 4096, 16_384, 1_000  # 64 MiB, 4 MB free
 
     ram = str(local.ram_dir)
-    monkeypatch.setattr(os, "statvfs",
-                        lambda path: Full() if str(path).startswith(ram) else real(path))
+    monkeypatch.setattr(
+        os, "statvfs", lambda path: Full() if str(path).startswith(ram) else real(path)
+    )
     store = ArtifactStore(local, "ram-a")
     ref = store.put(run_id(), "big", 0, np.ones(1 << 20, dtype=np.uint8))
     assert store.ram is not None and store.ram.path(ref.key, ref.size) is None

@@ -41,11 +41,17 @@ def ram_cluster(
     root = tmp_path_factory.mktemp("ram")
     shm = Path("/dev/shm")
     ram_dir = shm / f"somatize-test-{uuid.uuid4().hex[:8]}" if shm.is_dir() else root / "ram"
-    local = settings.model_copy(update={
-        "key_prefix": f"{settings.key_prefix}-ram", "store_kind": "local",
-        "store_dir": root / "store", "cache_dir": root / "cache", "ram_dir": ram_dir,
-        "ram_max_bytes": 3 * MIB // 2, "worker_id": f"{settings.key_prefix}-ram-producer",
-    })  # fmt: skip
+    local = settings.model_copy(
+        update={
+            "key_prefix": f"{settings.key_prefix}-ram",
+            "store_kind": "local",
+            "store_dir": root / "store",
+            "cache_dir": root / "cache",
+            "ram_dir": ram_dir,
+            "ram_max_bytes": 3 * MIB // 2,
+            "worker_id": f"{settings.key_prefix}-ram-producer",
+        }
+    )
     factory = WorkerFactory(local, root)
     try:
         nodes = f"{TEST_NODES},testkit.nodes.peer_nodes"
@@ -150,7 +156,8 @@ def test_forget_deletes_an_ended_runs_state_and_values_everywhere_at_once(
     forgotten_at = time.time()
     assert in_ram.forget() is True
     assert cli("forget", on_disk.id, settings=local).stdout.strip() == (
-        f"run {on_disk.id} forgotten: its state and values are deleted")
+        f"run {on_disk.id} forgotten: its state and values are deleted"
+    )
     for run in (in_ram, on_disk):
         assert run_keys_left(local, run.id) == []
         assert (index_score(local, run.id) or 0) >= forgotten_at  # collected again a TTL on
@@ -172,10 +179,16 @@ def test_forget_refuses_a_running_run_and_says_how_to_end_it(
     ram_cluster: tuple[Settings, str, str],
 ) -> None:
     local, a, _ = ram_cluster
-    plan = {"Remote": {"node_id": "rt_sleep", "target": {"WorkerId": a},  # 5 s: the CLI starts
-                       "plan": {"Execute": {"node_id": "rt_sleep"}}}}  # fmt: skip
-    run = submit_plan(plan, input=7, params={"rt_sleep": {"s": 5.0}}, settings=local,
-                      require_workers=True)  # fmt: skip
+    plan = {
+        "Remote": {
+            "node_id": "rt_sleep",
+            "target": {"WorkerId": a},  # 5 s: the CLI starts
+            "plan": {"Execute": {"node_id": "rt_sleep"}},
+        }
+    }
+    run = submit_plan(
+        plan, input=7, params={"rt_sleep": {"s": 5.0}}, settings=local, require_workers=True
+    )
     with pytest.raises(RunStillRunningError, match=rf"run {run.id} is still running.*cancel"):
         run.forget()
     refused = cli("forget", run.id, settings=local)

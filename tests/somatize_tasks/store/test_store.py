@@ -56,7 +56,8 @@ def test_small_values_are_inline_and_never_uploaded(
     assert source.upload(ref) == "direct"
     assert target.get(ref) == {"mean": 1.5, "ids": [1, 2]}
     listing = s3_endpoint.client().list_objects_v2(  # type: ignore[attr-defined]
-        Bucket=settings.s3_bucket, Prefix=f"{settings.s3_prefix}/{ref.run_id}")
+        Bucket=settings.s3_bucket, Prefix=f"{settings.s3_prefix}/{ref.run_id}"
+    )
     assert listing["KeyCount"] == 0
 
 
@@ -79,7 +80,7 @@ def test_missing_artifact_is_a_clear_error(pair: tuple[ArtifactStore, ArtifactSt
 
 
 def test_delete_run_removes_cache_and_shared_copies(
-    pair: tuple[ArtifactStore, ArtifactStore]
+    pair: tuple[ArtifactStore, ArtifactStore],
 ) -> None:
     source, target = pair
     ref = source.put(run_id(), "x", 0, b"y" * 5000)
@@ -91,14 +92,16 @@ def test_delete_run_removes_cache_and_shared_copies(
 
 
 def test_multipart_upload_and_download(settings: Settings, tmp_path: Path) -> None:
-    small_parts = settings.model_copy(update={
-        "s3_multipart_threshold_bytes": 5 * 1024 * 1024,
-        "s3_multipart_chunk_bytes": 5 * 1024 * 1024,
-        "cache_dir": tmp_path,
-        # A prefix of its own: moto dates every upload 2010, so the session's workers,
-        # collecting, would take this one for abandoned and abort it mid-upload.
-        "s3_prefix": f"{settings.s3_prefix}-multipart",
-    })
+    small_parts = settings.model_copy(
+        update={
+            "s3_multipart_threshold_bytes": 5 * 1024 * 1024,
+            "s3_multipart_chunk_bytes": 5 * 1024 * 1024,
+            "cache_dir": tmp_path,
+            # A prefix of its own: moto dates every upload 2010, so the session's workers,
+            # collecting, would take this one for abandoned and abort it mid-upload.
+            "s3_prefix": f"{settings.s3_prefix}-multipart",
+        }
+    )
     source, target = ArtifactStore(small_parts, "mp-a"), ArtifactStore(small_parts, "mp-b")
     value = np.random.default_rng(0).standard_normal(2_000_000)  # 16 MB: 4 parts
     ref = source.put(run_id(), "big", 0, value)
@@ -106,10 +109,18 @@ def test_multipart_upload_and_download(settings: Settings, tmp_path: Path) -> No
     assert np.array_equal(target.get(ref), value)
 
 
-@pytest.mark.parametrize(("field", "bad"), [
-    ("run_id", "../escape"), ("node_id", "a/b"), ("node_id", ".."), ("node_id", "nul\x00id"),
-    ("node_id", "x" * 201), ("run_id", ""), ("node_id", "back\\slash"),
-])
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("run_id", "../escape"),
+        ("node_id", "a/b"),
+        ("node_id", ".."),
+        ("node_id", "nul\x00id"),
+        ("node_id", "x" * 201),
+        ("run_id", ""),
+        ("node_id", "back\\slash"),
+    ],
+)
 def test_ids_that_would_escape_are_rejected(
     pair: tuple[ArtifactStore, ArtifactStore], field: str, bad: str
 ) -> None:
@@ -119,21 +130,31 @@ def test_ids_that_would_escape_are_rejected(
         source.put(ids["run_id"], ids["node_id"], 0, 1)
 
 
-def test_odd_but_harmless_ids_stay_inside_their_prefix(settings: Settings,
-                                                       s3_endpoint: S3Endpoint) -> None:
+def test_odd_but_harmless_ids_stay_inside_their_prefix(
+    settings: Settings, s3_endpoint: S3Endpoint
+) -> None:
     store = ArtifactStore(settings, "odd")
     ref = store.put(run_id(), "..%2F..%2Fetc ~ résumé", 0, b"z" * 5000)
     assert artifact_key(ref.run_id, ref.node_id, 0).count("/") == 2
     assert store.cache.path_for(ref.key).resolve().is_relative_to(store.cache.root.resolve())
     store.upload(ref)
-    keys = [item["Key"] for item in s3_endpoint.client().list_objects_v2(  # type: ignore[attr-defined]
-        Bucket=settings.s3_bucket, Prefix=f"{settings.s3_prefix}/{ref.run_id}/")["Contents"]]
+    keys = [
+        item["Key"]
+        for item in s3_endpoint.client().list_objects_v2(  # type: ignore[attr-defined]
+            Bucket=settings.s3_bucket, Prefix=f"{settings.s3_prefix}/{ref.run_id}/"
+        )["Contents"]
+    ]
     assert keys == [f"{settings.s3_prefix}/{ref.run_id}/..%252F..%252Fetc%20~%20r%C3%A9sum%C3%A9/0"]
 
 
 def test_directory_store_works_without_s3(settings: Settings, tmp_path: Path) -> None:
-    local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
-                                        "cache_dir": tmp_path / "cache"})
+    local = settings.model_copy(
+        update={
+            "store_kind": "local",
+            "store_dir": tmp_path / "shared",
+            "cache_dir": tmp_path / "cache",
+        }
+    )
     source, target = ArtifactStore(local, "dir-a"), ArtifactStore(local, "dir-b")
     ref = source.put(run_id(), "n", 0, list(range(1000)))
     assert source.upload(ref) == "cached"  # linked into the shared directory when written
@@ -144,9 +165,14 @@ def test_on_one_machine_a_value_crosses_workers_without_a_copy(
     settings: Settings, tmp_path: Path
 ) -> None:
     """Without the RAM tier (or past its budget), by hard links on disk."""
-    local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
-                                        "cache_dir": tmp_path / "cache",
-                                        "ram_max_bytes": 0})  # fmt: skip
+    local = settings.model_copy(
+        update={
+            "store_kind": "local",
+            "store_dir": tmp_path / "shared",
+            "cache_dir": tmp_path / "cache",
+            "ram_max_bytes": 0,
+        }
+    )
     source, target = ArtifactStore(local, "dir-a"), ArtifactStore(local, "dir-b")
     value = np.arange(200_000, dtype=np.float64)
     ref = source.put(run_id(), "big", 0, value)
@@ -154,16 +180,24 @@ def test_on_one_machine_a_value_crosses_workers_without_a_copy(
     read = target.get(ref)
     assert np.array_equal(read, value)
     assert isinstance(read, np.memmap) and not read.flags.writeable  # mapped, not copied
-    files = [source.cache.path_for(ref.key), target.cache.path_for(ref.key),
-             local.store_dir / ref.key]  # fmt: skip
+    files = [
+        source.cache.path_for(ref.key),
+        target.cache.path_for(ref.key),
+        local.store_dir / ref.key,
+    ]
     assert len({f.stat().st_ino for f in files}) == 1  # one file, three names
 
 
 def test_a_small_value_travels_inline_and_touches_no_disk(
     settings: Settings, tmp_path: Path
 ) -> None:
-    local = settings.model_copy(update={"store_kind": "local", "store_dir": tmp_path / "shared",
-                                        "cache_dir": tmp_path / "cache"})  # fmt: skip
+    local = settings.model_copy(
+        update={
+            "store_kind": "local",
+            "store_dir": tmp_path / "shared",
+            "cache_dir": tmp_path / "cache",
+        }
+    )
     ref = ArtifactStore(local, "dir-a").put(run_id(), "tiny", 0, 1)
     assert ref.inline is not None
     assert not any(p.is_file() for p in tmp_path.rglob("*"))

@@ -132,14 +132,22 @@ def test_password_protected_redis_works() -> None:
 
 def test_workers_cli_prints_table_and_json(fresh: Settings) -> None:
     Registry.from_settings(fresh).heartbeat(
-        worker("gpu-a", tags=["gpu"], gpu=True, active_jobs=1, max_concurrent=4))
+        worker("gpu-a", tags=["gpu"], gpu=True, active_jobs=1, max_concurrent=4)
+    )
     env = fresh.to_env()
     runner = CliRunner()
     as_json = runner.invoke(main, ["workers", "--json"], env=env)
     assert as_json.exit_code == 0, as_json.output
     (listed,) = json.loads(as_json.output)
-    assert listed == {"id": "gpu-a", "name": "gpu-a@test", "tags": ["gpu"], "gpu": True,
-                      "cpu_cores": 1, "active_jobs": 1, "max_concurrent": 4}
+    assert listed == {
+        "id": "gpu-a",
+        "name": "gpu-a@test",
+        "tags": ["gpu"],
+        "gpu": True,
+        "cpu_cores": 1,
+        "active_jobs": 1,
+        "max_concurrent": 4,
+    }
     table = runner.invoke(main, ["workers"], env={**env, "COLUMNS": "160"})
     assert table.exit_code == 0
     assert "gpu-a" in table.output and "1/4" in table.output and "s ago" in table.output

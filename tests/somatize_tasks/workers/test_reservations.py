@@ -59,8 +59,10 @@ def test_runs_submitted_at_once_spread_and_queue_evenly(settings: Settings) -> N
 
 def test_slots_count_the_busiest_phase_capped_by_the_limit() -> None:
     plan = ExecutionPlan.model_validate(seq(ex("a"), par(ex("b"), ex("c"), ex("d"))))
-    workers = [WorkerInfo(id="w1", name="w1", max_concurrent=2),
-               WorkerInfo(id="w2", name="w2", max_concurrent=8)]
+    workers = [
+        WorkerInfo(id="w1", name="w1", max_concurrent=2),
+        WorkerInfo(id="w2", name="w2", max_concurrent=8),
+    ]
     distribution: DistributionPlan = schedule(plan, workers)
     slots = slots_per_worker(distribution, {w.id: w for w in workers})
     assert sum(slots.values()) >= 2 and all(1 <= n <= 8 for n in slots.values())
@@ -69,10 +71,14 @@ def test_slots_count_the_busiest_phase_capped_by_the_limit() -> None:
 
 def test_a_run_that_could_not_be_submitted_gives_its_slots_back(settings: Settings) -> None:
     prefix = f"{settings.key_prefix}:rs{uuid.uuid4().hex[:6]}"
-    own = settings.model_copy(update={
-        "key_prefix": prefix, "heartbeat_ttl_s": 600.0,
-        "s3_endpoint_url": "http://127.0.0.1:9", "transfer_max_retries": 0,
-    })
+    own = settings.model_copy(
+        update={
+            "key_prefix": prefix,
+            "heartbeat_ttl_s": 600.0,
+            "s3_endpoint_url": "http://127.0.0.1:9",
+            "transfer_max_retries": 0,
+        }
+    )
     Registry.from_settings(own).heartbeat(WorkerInfo(id="w1", name="w1", max_concurrent=2))
     with pytest.raises(SomatizeError):  # its large input cannot reach the (dead) store
         submit_plan(ex("rt_size"), input=list(range(50_000)), settings=own, require_workers=True)

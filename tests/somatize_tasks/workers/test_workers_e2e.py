@@ -76,8 +76,9 @@ def test_sigkilled_worker_disappears_within_expiry(
     assert info_of(registry, doomed.worker_id) is not None
     doomed.signal_group(signal.SIGKILL)
     killed_at = time.monotonic()
-    assert wait_for(lambda: info_of(registry, doomed.worker_id) is None,
-                    settings.heartbeat_ttl_s + 1.0)
+    assert wait_for(
+        lambda: info_of(registry, doomed.worker_id) is None, settings.heartbeat_ttl_s + 1.0
+    )
     assert time.monotonic() - killed_at <= settings.heartbeat_ttl_s + 0.5
     assert doomed.worker_id in [seen.info.id for seen in registry.dead()]
 
@@ -102,8 +103,10 @@ def test_active_jobs_counts_running_and_failed_node_tasks(
 ) -> None:
     _, cpu = two_workers
     assert active_jobs(registry, cpu.worker_id) == 0
-    running = [producer.send_task("somatize.node.test_sleep", args=[1.5], queue=cpu.queue)
-               for _ in range(2)]
+    running = [
+        producer.send_task("somatize.node.test_sleep", args=[1.5], queue=cpu.queue)
+        for _ in range(2)
+    ]
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 2, 5)
     assert [result.get(timeout=20) for result in running] == [1.5, 1.5]
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
@@ -114,8 +117,9 @@ def test_active_jobs_counts_running_and_failed_node_tasks(
         failing.get(timeout=20)
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
 
-    shadowed = producer.send_task("somatize.node.test_sleep", args=[1.0], queue=cpu.queue,
-                                  shadow="node:test_sleep")  # counted by task, not by shown name
+    shadowed = producer.send_task(
+        "somatize.node.test_sleep", args=[1.0], queue=cpu.queue, shadow="node:test_sleep"
+    )  # counted by task, not by shown name
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 1, 5)
     shadowed.get(timeout=20)
     assert wait_for(lambda: active_jobs(registry, cpu.worker_id) == 0, 2)
@@ -147,14 +151,21 @@ def test_value_transferred_between_workers_reads_back_identical(
     assert ref["inline"] is None and ref["worker_id"] == gpu.worker_id
 
     uploaded = call(producer, TRANSFER_UPLOAD_TASK, gpu.queue, ref)
-    assert uploaded == {"transfer_type": "s3", "bytes": ref["size"],
-                        "worker_id": gpu.worker_id, "key": f"{run_id}/normalize/0"}
+    assert uploaded == {
+        "transfer_type": "s3",
+        "bytes": ref["size"],
+        "worker_id": gpu.worker_id,
+        "key": f"{run_id}/normalize/0",
+    }
     downloaded = call(producer, TRANSFER_DOWNLOAD_TASK, cpu.queue, ref)
     assert downloaded["transfer_type"] == "s3" and downloaded["bytes"] == ref["size"]
 
     seen = call(producer, "somatize.test.inspect", cpu.queue, ref)
-    assert seen == {"had_local": True, "digest": digest(make_array(300_000, 7)),
-                    "worker_id": cpu.worker_id}
+    assert seen == {
+        "had_local": True,
+        "digest": digest(make_array(300_000, 7)),
+        "worker_id": cpu.worker_id,
+    }
 
     # Already in the shared store: the second upload skips the bytes.
     again = call(producer, TRANSFER_UPLOAD_TASK, gpu.queue, ref)
@@ -165,8 +176,15 @@ def test_worker_reads_from_shared_store_when_its_cache_misses(
     two_workers: tuple[WorkerProcess, WorkerProcess], producer: Celery
 ) -> None:
     gpu, cpu = two_workers
-    ref = call(producer, "somatize.test.put_array", cpu.queue, f"run-{uuid.uuid4().hex[:8]}",
-               "train", 5_000, 3)
+    ref = call(
+        producer,
+        "somatize.test.put_array",
+        cpu.queue,
+        f"run-{uuid.uuid4().hex[:8]}",
+        "train",
+        5_000,
+        3,
+    )
     assert call(producer, TRANSFER_UPLOAD_TASK, cpu.queue, ref)["transfer_type"] == "s3"
     seen = call(producer, "somatize.test.inspect", gpu.queue, ref)
     assert seen["had_local"] is False and seen["digest"] == digest(make_array(5_000, 3))
@@ -176,13 +194,15 @@ def test_small_values_travel_direct(
     two_workers: tuple[WorkerProcess, WorkerProcess], producer: Celery
 ) -> None:
     gpu, cpu = two_workers
-    ref = call(producer, "somatize.test.put_array", gpu.queue, f"run-{uuid.uuid4().hex[:8]}",
-               "tiny", 4, 1)
+    ref = call(
+        producer, "somatize.test.put_array", gpu.queue, f"run-{uuid.uuid4().hex[:8]}", "tiny", 4, 1
+    )
     assert ref["inline"] is not None
     assert call(producer, TRANSFER_UPLOAD_TASK, gpu.queue, ref)["transfer_type"] == "direct"
     assert call(producer, TRANSFER_DOWNLOAD_TASK, cpu.queue, ref)["transfer_type"] == "direct"
     assert call(producer, "somatize.test.inspect", cpu.queue, ref)["digest"] == digest(
-        make_array(4, 1))
+        make_array(4, 1)
+    )
 
 
 class _Payload:
@@ -204,8 +224,9 @@ def test_pickle_message_is_refused(
     assert probe.exists(), "the payload must be live for this test to mean anything"
 
     marker = tmp_path / "deserialised"
-    producer.send_task("somatize.node.test_sleep", args=[_Payload(marker)], queue=gpu.queue,
-                       serializer="pickle")
+    producer.send_task(
+        "somatize.node.test_sleep", args=[_Payload(marker)], queue=gpu.queue, serializer="pickle"
+    )
     assert wait_for(lambda: "ContentDisallowed" in gpu.log() or "refused" in gpu.log(), 10)
     assert not marker.exists()
     # The worker is still serving JSON messages.

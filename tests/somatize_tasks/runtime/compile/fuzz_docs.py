@@ -19,13 +19,37 @@ from typing import Any
 from scheduler import Execute, Sequence
 
 WORKERS = [
-    {"id": "w1", "name": "A", "tags": ["gpu"], "gpu": True, "cpu_cores": 8,
-     "active_jobs": 0, "max_concurrent": 4},
-    {"id": "w2", "name": "B", "tags": ["cpu"], "gpu": False, "cpu_cores": 4,
-     "active_jobs": 1, "max_concurrent": 2},
-]  # fmt: skip
-VARIANTS = ("Sequence", "Parallel", "Execute", "Step", "Loop", "Branch", "Remote",
-            "Composite", "Stream", "Empty")  # fmt: skip
+    {
+        "id": "w1",
+        "name": "A",
+        "tags": ["gpu"],
+        "gpu": True,
+        "cpu_cores": 8,
+        "active_jobs": 0,
+        "max_concurrent": 4,
+    },
+    {
+        "id": "w2",
+        "name": "B",
+        "tags": ["cpu"],
+        "gpu": False,
+        "cpu_cores": 4,
+        "active_jobs": 1,
+        "max_concurrent": 2,
+    },
+]
+VARIANTS = (
+    "Sequence",
+    "Parallel",
+    "Execute",
+    "Step",
+    "Loop",
+    "Branch",
+    "Remote",
+    "Composite",
+    "Stream",
+    "Empty",
+)
 #: Nodes of the test catalog the submit checks bind params against.
 CATALOG_NODES = ("scale", "shift")
 Case = tuple[str, "str | bytes", dict[str, Any]]
@@ -44,8 +68,9 @@ class Docs:
 
     def plan(self, depth: int = 0) -> Any:
         """A valid plan of a few nodes."""
-        kinds = ["Execute"] * 3 + ([] if depth > 3 else
-                                   ["Sequence", "Parallel", "Loop", "Branch", "Remote", "Step"])
+        kinds = ["Execute"] * 3 + (
+            [] if depth > 3 else ["Sequence", "Parallel", "Loop", "Branch", "Remote", "Step"]
+        )
         kind = self.rng.choice([*kinds, "Composite", "Stream", "Empty"])
         kids = lambda: [self.plan(depth + 1) for _ in range(self.rng.randint(1, 3))]  # noqa: E731
         if kind == "Execute":
@@ -54,12 +79,23 @@ class Docs:
             return {kind: kids()}
         if kind == "Loop":
             body = {"Execute": {"node_id": self.node_id()}}
-            return {"Loop": {"node_id": self.node_id(), "body": body, "max_iterations": 2,
-                             "until": {"type": "Exhaust"}, "carry_from": None}}  # fmt: skip
+            return {
+                "Loop": {
+                    "node_id": self.node_id(),
+                    "body": body,
+                    "max_iterations": 2,
+                    "until": {"type": "Exhaust"},
+                    "carry_from": None,
+                }
+            }
         if kind in ("Branch", "Step"):
             field = "arms" if kind == "Branch" else "handoffs"
-            return {kind: {"node_id": self.node_id(),
-                           field: [[f"l{i}", p] for i, p in enumerate(kids())]}}  # fmt: skip
+            return {
+                kind: {
+                    "node_id": self.node_id(),
+                    field: [[f"l{i}", p] for i, p in enumerate(kids())],
+                }
+            }
         if kind == "Remote":
             target = self.rng.choice([{"Tag": "gpu"}, {"WorkerId": "w2"}, {"Tag": "cpu"}])
             inner = self.plan(depth + 1)
@@ -74,8 +110,24 @@ class Docs:
         """Any JSON value, often shaped a bit like a plan."""
         roll = self.rng.random()
         if depth > 3 or roll < 0.4:
-            return self.rng.choice([None, True, 0, -1, 2**70, 1.5, "", "Empty", "x", "\u00e9",
-                                    "Execute", [], {}, "\ud800"])  # fmt: skip
+            return self.rng.choice(
+                [
+                    None,
+                    True,
+                    0,
+                    -1,
+                    2**70,
+                    1.5,
+                    "",
+                    "Empty",
+                    "x",
+                    "\u00e9",
+                    "Execute",
+                    [],
+                    {},
+                    "\ud800",
+                ]
+            )
         if roll < 0.7:
             return [self.junk(depth + 1) for _ in range(self.rng.randint(0, 3))]
         keys = [*VARIANTS, "node_id", "body", "arms", "plan", "target", "Tag", "zz"]
@@ -129,7 +181,7 @@ def _deep(kind: str, levels: int) -> str:
     if kind == "sequence":
         return '{"Sequence": [' * levels + '"Empty"' + "]}" * levels
     if kind == "loop":
-        return ('{"Loop": {"node_id": "l", "body": ' * levels + '"Empty"' + "}}" * levels)
+        return '{"Loop": {"node_id": "l", "body": ' * levels + '"Empty"' + "}}" * levels
     if kind == "array":
         return "[" * levels + "]" * levels
     return '{"a": ' * levels + "1" + "}" * levels
@@ -175,8 +227,11 @@ def _deep_cases(docs: Docs) -> Iterator[Case]:
         built = Sequence(steps=[built])
     yield "deep plan objects", "[]", {"plan": built}
     yield "deep input", _schedule_input("Empty"), {"plan": "Empty", "input": deep_value}
-    yield ("deep params", _schedule_input({"Execute": {"node_id": "scale_1"}}),
-           {"plan": {"Execute": {"node_id": "scale_1"}}, "params": {"scale_1": {"k": deep_value}}})
+    yield (
+        "deep params",
+        _schedule_input({"Execute": {"node_id": "scale_1"}}),
+        {"plan": {"Execute": {"node_id": "scale_1"}}, "params": {"scale_1": {"k": deep_value}}},
+    )
     brackets = json.dumps({"Execute": {"node_id": "[" * 500 + "{" * 500}})
     yield "brackets in a string", _schedule_input("@").replace('"@"', brackets), {"plan": brackets}
     deep_graph = '{"plan": "Empty", "predecessors": ' + _deep("object", 2_000) + "}"
@@ -188,8 +243,11 @@ def _huge_cases() -> Iterator[Case]:
     yield "20,000 duplicate ids", _schedule_input(dup), {"plan": dup}
     many = {"Sequence": [{"Execute": {"node_id": f"n{i}"}} for i in range(2_000)]}
     ghosts = {f"n{i}": [f"ghost{i}"] for i in range(2_000)}
-    yield ("2,000 unknown predecessors", _schedule_input(many, predecessors=ghosts),
-           {"plan": many, "predecessors": ghosts})
+    yield (
+        "2,000 unknown predecessors",
+        _schedule_input(many, predecessors=ghosts),
+        {"plan": many, "predecessors": ghosts},
+    )
     long_id = {"Sequence": [{"Execute": {"node_id": "x" * 1_000_000}}] * 2}
     yield "a 1 MB node id twice", _schedule_input(long_id), {"plan": long_id}
     labels = {"Branch": {"node_id": "b", "arms": [["same", "Empty"]] * 5_000}}
@@ -197,22 +255,34 @@ def _huge_cases() -> Iterator[Case]:
     unknown = {"Sequence": [{f"Bogus{i}": {}} for i in range(5_000)]}
     yield "5,000 unknown variants", _schedule_input(unknown), {"plan": unknown}
     params = {f"ghost{i}": {} for i in range(5_000)}
-    yield ("5,000 unknown params", _schedule_input(many),
-           {"plan": many, "params": params, "ops": {f"g{i}": "x" for i in range(5_000)}})
+    yield (
+        "5,000 unknown params",
+        _schedule_input(many),
+        {"plan": many, "params": params, "ops": {f"g{i}": "x" for i in range(5_000)}},
+    )
 
 
 def _unicode_cases() -> Iterator[Case]:
     good = json.dumps({"plan": {"Execute": {"node_id": "scale_1"}}, "workers": WORKERS})
-    yield "invalid UTF-8", good.encode()[:20] + b"\xff\xfe\x80" + good.encode()[20:], {
-        "plan": good.encode()[:20] + b"\xff\xfe\x80"}
+    yield (
+        "invalid UTF-8",
+        good.encode()[:20] + b"\xff\xfe\x80" + good.encode()[20:],
+        {"plan": good.encode()[:20] + b"\xff\xfe\x80"},
+    )
     yield "UTF-16", good.encode("utf-16"), {"plan": good.encode("utf-16")}
     yield "a BOM", "\ufeff" + good, {"plan": "\ufeff" + good}
     surrogate = _schedule_input({"Execute": {"node_id": "@"}}).replace("@", "\\ud800")
     yield "a lone surrogate id", surrogate, {"plan": json.loads(surrogate)["plan"]}
-    yield "NUL in an id", _schedule_input({"Execute": {"node_id": "a\u0000b"}}), {
-        "plan": {"Execute": {"node_id": "a\u0000b"}}}
-    yield "a path as id", _schedule_input({"Execute": {"node_id": "../etc"}}), {
-        "plan": {"Execute": {"node_id": "../etc"}}}
+    yield (
+        "NUL in an id",
+        _schedule_input({"Execute": {"node_id": "a\u0000b"}}),
+        {"plan": {"Execute": {"node_id": "a\u0000b"}}},
+    )
+    yield (
+        "a path as id",
+        _schedule_input({"Execute": {"node_id": "../etc"}}),
+        {"plan": {"Execute": {"node_id": "../etc"}}},
+    )
     yield "empty file", "", {"plan": ""}
     yield "only spaces", "   \n", {"plan": "  "}
 
@@ -224,8 +294,11 @@ def _graph_case(docs: Docs, i: int) -> Iterator[Case]:
     graph: Any = {pick(): [pick() for _ in range(docs.rng.randint(0, 3))] for _ in range(3)}
     if docs.rng.random() < 0.3:
         graph = docs.mutate(graph)
-    yield (f"graph {i}", _schedule_input(plan, predecessors=graph),
-           {"plan": plan, "predecessors": graph})
+    yield (
+        f"graph {i}",
+        _schedule_input(plan, predecessors=graph),
+        {"plan": plan, "predecessors": graph},
+    )
 
 
 def _params_case(docs: Docs, i: int) -> Iterator[Case]:
@@ -233,9 +306,16 @@ def _params_case(docs: Docs, i: int) -> Iterator[Case]:
     ids = _ids(plan) or ["ghost"]
     rng = docs.rng
     choices: list[Any] = [
-        {rng.choice(ids): {"k": 2}}, {rng.choice(ids): {"bogus": 1}}, {rng.choice(ids): 5},
-        [1, 2], "x", {rng.choice(ids): {"": 1}}, {rng.choice(ids): {"k": object()}},
-        {rng.choice(ids): {"k": float("nan")}}, {"ghost": {}}, docs.junk(),
+        {rng.choice(ids): {"k": 2}},
+        {rng.choice(ids): {"bogus": 1}},
+        {rng.choice(ids): 5},
+        [1, 2],
+        "x",
+        {rng.choice(ids): {"": 1}},
+        {rng.choice(ids): {"k": object()}},
+        {rng.choice(ids): {"k": float("nan")}},
+        {"ghost": {}},
+        docs.junk(),
     ]
     params = rng.choice(choices)
     ops = rng.choice([None, {rng.choice(ids): "scale"}, {rng.choice(ids): 3}, [], {"ghost": "x"}])

@@ -6,9 +6,8 @@ import pytest
 
 from scheduler import PlanValidationError
 from somatize_tasks.config.settings import Settings
-from somatize_tasks.errors import ArtifactIdError, SomatizeError
+from somatize_tasks.errors import ArtifactIdError, PlanInputError, SomatizeError
 from somatize_tasks.runtime.producer.handle import PlanRun
-from somatize_tasks.errors import PlanInputError
 from somatize_tasks.runtime.producer.submit import submit_plan
 from testkit.plans import ex, seq
 

@@ -111,8 +111,17 @@ def test_bad_params_name_the_node_and_the_parameter(tmp_path: Path) -> None:
     plan_file, params_file = tmp_path / "plan.json", tmp_path / "params.json"
     plan_file.write_text('{"Execute": {"node_id": "normalize"}}')
     params_file.write_text('{"normalize": {"n": 5}}')
-    result = CliRunner().invoke(main, ["run", str(plan_file), "--params", str(params_file),
-                                       "--nodes", "somatize_tasks.examples.nodes"])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(plan_file),
+            "--params",
+            str(params_file),
+            "--nodes",
+            "somatize_tasks.examples.nodes",
+        ],
+    )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert result.output.startswith("Error: node 'normalize': ") and "['n']" in result.output
     assert "it takes: pause_s" in result.output

@@ -243,8 +243,9 @@ def test_a_study_runs_one_trial_per_entry_round_robin_across_workers(
     settings: Settings, two_workers: Workers
 ) -> None:
     trials = [{"rt_add": {"k": float(k)}} for k in (1, 2, 3, 4)]
-    study = submit_study(seq(ex("rt_add"), ex("rt_double")), trials=trials, input=10,
-                         settings=settings)  # fmt: skip
+    study = submit_study(
+        seq(ex("rt_add"), ex("rt_double")), trials=trials, input=10, settings=settings
+    )
     assert study.wait(timeout=60) == [22.0, 24.0, 26.0, 28.0]
     placed = [run.distribution.assignments[0].worker_id for run in study.runs]
     assert placed[0] != placed[1] and placed[0] == placed[2] and placed[1] == placed[3]
@@ -268,13 +269,18 @@ def test_a_plan_submitted_while_every_worker_is_full_queues_instead_of_running_h
     registry = Registry.from_settings(settings)
     assert wait_for(lambda: all(w.info.active_jobs == 0 for w in registry.live()), 20)
     sleepers = [f"rt_sleep_{i}" for i in range(2, 8)]  # more than the 4 slots there are
-    busy = submit_plan(par(*[ex(n) for n in sleepers]), input=0,
-                       params={n: {"s": 4} for n in sleepers}, settings=settings,
-                       require_workers=True)  # fmt: skip
+    busy = submit_plan(
+        par(*[ex(n) for n in sleepers]),
+        input=0,
+        params={n: {"s": 4} for n in sleepers},
+        settings=settings,
+        require_workers=True,
+    )
     full = wait_for(lambda: all(not w.info.has_capacity for w in registry.live()), 20)
     assert full, (
         [(w.info.id, w.info.active_jobs, w.info.max_concurrent) for w in registry.live()],
-        busy.status(), busy.distribution.warnings,
+        busy.status(),
+        busy.distribution.warnings,
     )
     run = submit_plan(seq(ex("rt_add"), ex("rt_double")), input=1, settings=settings)
     assert run.distribution.assignments, "a busy cluster must queue, not run in the producer"

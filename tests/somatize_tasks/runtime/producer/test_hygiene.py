@@ -37,16 +37,18 @@ def hygiene_settings(
     proc, port = start_redis_server()
     root = tmp_path_factory.mktemp("hygiene")
     try:
-        yield settings.model_copy(update={
-            "redis_url": f"redis://127.0.0.1:{port}/0",
-            "key_prefix": f"{settings.key_prefix}-hy",
-            "s3_prefix": f"{settings.key_prefix}/hygiene",
-            "cache_dir": root / "cache",
-            "store_dir": root / "store",
-            "run_ttl_s": RUN_TTL_S,
-            "gc_interval_s": 0.5,
-            "worker_id": f"{settings.key_prefix}-hy-producer",
-        })
+        yield settings.model_copy(
+            update={
+                "redis_url": f"redis://127.0.0.1:{port}/0",
+                "key_prefix": f"{settings.key_prefix}-hy",
+                "s3_prefix": f"{settings.key_prefix}/hygiene",
+                "cache_dir": root / "cache",
+                "store_dir": root / "store",
+                "run_ttl_s": RUN_TTL_S,
+                "gc_interval_s": 0.5,
+                "worker_id": f"{settings.key_prefix}-hy-producer",
+            }
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -82,8 +84,10 @@ def test_two_hundred_runs_leave_nothing_after_their_state_expires(
         baseline = set(client.keys("*"))
 
         for start in range(0, RUNS, WAVE):
-            runs = [submit_plan(PLAN, settings=settings, require_workers=True)
-                    for _ in range(min(WAVE, RUNS - start))]
+            runs = [
+                submit_plan(PLAN, settings=settings, require_workers=True)
+                for _ in range(min(WAVE, RUNS - start))
+            ]
             assert [run.wait(timeout=120) for run in runs] == [MAKE_SUM] * len(runs)
         peak_keys, peak_files = client.dbsize(), files_under(settings.cache_dir)
         peak_objects = s3_objects(s3_endpoint, settings.s3_prefix)
@@ -95,14 +99,16 @@ def test_two_hundred_runs_leave_nothing_after_their_state_expires(
         # The workers alone: the shared store, the runs index and their caches.
         assert wait_for(lambda: s3_objects(s3_endpoint, settings.s3_prefix) == 0, 90, 0.5)
         assert wait_for(lambda: sum(map(files_under, worker_caches)) == 0, 90, 0.5)
-        assert wait_for(lambda: set(client.keys("*")) == baseline, 90, 0.5), (
-            sorted(set(client.keys("*")) - baseline)[:20]
-        )
+        assert wait_for(lambda: set(client.keys("*")) == baseline, 90, 0.5), sorted(
+            set(client.keys("*")) - baseline
+        )[:20]
         # The producer's own cache (no thread of its own here): `somatize-tasks gc`.
         result = CliRunner().invoke(main, ["gc"], env=settings.to_env())
         assert result.exit_code == 0, result.output
         assert files_under(settings.cache_dir) == 0
-        print(f"\npeak: {peak_keys} keys, {peak_files} cache files, {peak_objects} S3 objects; "
-              f"after expiry: {client.dbsize()} keys (baseline {len(baseline)}), 0 files")
+        print(
+            f"\npeak: {peak_keys} keys, {peak_files} cache files, {peak_objects} S3 objects; "
+            f"after expiry: {client.dbsize()} keys (baseline {len(baseline)}), 0 files"
+        )
     finally:
         factory.close()

@@ -51,8 +51,9 @@ def test_the_final_output_is_read_after_its_worker_died(
     out_settings: Settings, out_workers: WorkerFactory
 ) -> None:
     holder = out_workers.start("final", tags="out-final")
-    run = submit_plan(remote("out-final", ex("rt_make")), settings=out_settings,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        remote("out-final", ex("rt_make")), settings=out_settings, require_workers=True
+    )
     # Not wait(): reading the output would have the holder upload it first.
     assert wait_for(lambda: run.status().state == "done", 30)
     holder.signal_group(signal.SIGKILL)
@@ -67,8 +68,11 @@ def test_an_intermediate_output_of_a_dead_worker_fails_clearly_within_the_timeou
     out_settings: Settings, out_workers: WorkerFactory
 ) -> None:
     holder = out_workers.start("middle", tags="out-middle")
-    run = submit_plan(remote("out-middle", seq(ex("rt_make"), ex("rt_sum"))),
-                      settings=out_settings, require_workers=True)  # fmt: skip
+    run = submit_plan(
+        remote("out-middle", seq(ex("rt_make"), ex("rt_sum"))),
+        settings=out_settings,
+        require_workers=True,
+    )
     assert run.wait(timeout=30) == sum(MADE)
     holder.signal_group(signal.SIGKILL)
     holder.proc.wait(5)
@@ -85,12 +89,19 @@ def test_a_busy_holder_is_given_up_on_at_the_callers_timeout(
     out_settings: Settings, out_workers: WorkerFactory
 ) -> None:
     holder = out_workers.start("busy", tags="out-busy", concurrency=1)
-    run = submit_plan(remote("out-busy", seq(ex("rt_make"), ex("rt_sum"))),
-                      settings=out_settings, require_workers=True)  # fmt: skip
+    run = submit_plan(
+        remote("out-busy", seq(ex("rt_make"), ex("rt_sum"))),
+        settings=out_settings,
+        require_workers=True,
+    )
     assert run.wait(timeout=30) == sum(MADE)
-    blocker = submit_plan(remote("out-busy", ex("rt_sleep")), input=1,
-                          params={"rt_sleep": {"s": 8}}, settings=out_settings,
-                          require_workers=True)  # fmt: skip
+    blocker = submit_plan(
+        remote("out-busy", ex("rt_sleep")),
+        input=1,
+        params={"rt_sleep": {"s": 8}},
+        settings=out_settings,
+        require_workers=True,
+    )
     assert _wait_running(blocker)
     started = time.monotonic()
     with pytest.raises(OutputUnavailableError) as caught:

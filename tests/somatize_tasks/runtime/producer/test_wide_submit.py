@@ -35,13 +35,18 @@ def test_a_run_that_ends_while_publishing_stops_its_publishing(
     producer = threading.Thread(target=submit)
     producer.start()
     new: set[bytes] = set()
-    assert wait_for(lambda: new.update(
-        set(context.redis.smembers(context.keys.active_runs)) - before) or new, 60, 0.01)
+    assert wait_for(
+        lambda: new.update(set(context.redis.smembers(context.keys.active_runs)) - before) or new,
+        60,
+        0.01,
+    )
     run_id = next(iter(new)).decode()
     assert PlanRun.attach(run_id, settings).cancel()  # the run ends while it is published
     producer.join(60)
     unsent = len(context.state(run_id).unsent())
-    print(f"\n{BRANCHES} branches: submit_plan {took[0]:.2f} s, {unsent} blocks never "
-          f"published, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"\n{BRANCHES} branches: submit_plan {took[0]:.2f} s, {unsent} blocks never "
+        f"published, load {os.getloadavg()[0]:.2f}"
+    )
     assert took and took[0] < 60
     assert unsent > BRANCHES // 2  # at most a few batches went out after the cancel

@@ -42,22 +42,41 @@ class Died(BaseException):
         # step after the Parallel is never recorded.
         (seq(par(ex("rt_add"), ex("rt_add_2")), ex("rt_join")), "rt_join", JOINED),
         # (c) the same when the last branch is a Sequence, joined after its record.
-        (seq(par(seq(ex("rt_add_3"), remote("gpu", ex("rt_add"))), ex("rt_add_2")),
-             ex("rt_join")), "rt_join", {"keys": ["rt_add", "rt_add_2"], "total": 5.0}),
+        (
+            seq(
+                par(seq(ex("rt_add_3"), remote("gpu", ex("rt_add"))), ex("rt_add_2")), ex("rt_join")
+            ),
+            "rt_join",
+            {"keys": ["rt_add", "rt_add_2"], "total": 5.0},
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_completion_whose_follow_up_was_never_recorded_is_followed_up(
-    plan: Any, target: str, expected: Any, settings: Settings,
-    two_workers: tuple[WorkerProcess, WorkerProcess], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    plan: Any,
+    target: str,
+    expected: Any,
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Nothing goes to the workers at first: this test process runs each block instead,
     # and "dies" as it records the dispatch of ``target``, after the completion
     # that made it ready was recorded.
     queued: list[tuple[int, int, Any, str]] = []
-    monkeypatch.setattr(CeleryDispatcher, "_send", lambda _, block, epoch, expr, task_id,
-                        producer=None: queued.append((block.index, epoch, expr, task_id)))
-    monkeypatch.setattr(CeleryDispatcher, "_send_batch", lambda _, batch, task_id, producer:
-                        queued.extend((b.index, e, x, task_id) for b, e, x in batch))
+    monkeypatch.setattr(
+        CeleryDispatcher,
+        "_send",
+        lambda _, block, epoch, expr, task_id, producer=None: queued.append(
+            (block.index, epoch, expr, task_id)
+        ),
+    )
+    monkeypatch.setattr(
+        CeleryDispatcher,
+        "_send_batch",
+        lambda _, batch, task_id, producer: queued.extend(
+            (b.index, e, x, task_id) for b, e, x in batch
+        ),
+    )
     recording = RedisRunState.record_dispatch
 
     def record_dispatch(state: RedisRunState, nodes: list[str], *args: Any, **kw: Any) -> None:

@@ -38,10 +38,13 @@ def loops(settings: Settings, count: int) -> tuple[list[ReaperLoop], list[Counti
 def test_one_leader_a_lapsed_lease_is_taken_over_and_idle_means_no_sweeps(
     settings: Settings,
 ) -> None:
-    own = settings.model_copy(update={
-        "key_prefix": f"{settings.key_prefix}:el{uuid.uuid4().hex[:6]}",
-        "heartbeat_interval_s": 0.2, "heartbeat_ttl_s": 0.6,
-    })
+    own = settings.model_copy(
+        update={
+            "key_prefix": f"{settings.key_prefix}:el{uuid.uuid4().hex[:6]}",
+            "heartbeat_interval_s": 0.2,
+            "heartbeat_ttl_s": 0.6,
+        }
+    )
     (first, second, third), reapers = loops(own, 3)
     for loop in (first, second, third):
         loop.tick()

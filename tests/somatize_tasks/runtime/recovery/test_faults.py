@@ -20,10 +20,9 @@ from redis import Redis
 from somatize_tasks.config.connections import redis_client
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.config.settings import Settings
-from somatize_tasks.errors import NodeFailedError, RunStateLostError
+from somatize_tasks.errors import NodeFailedError, RunError, RunStateLostError
 from somatize_tasks.observe.run_record import read_run
 from somatize_tasks.observe.timeline import bars_of
-from somatize_tasks.errors import RunError
 from somatize_tasks.runtime.producer.submit import submit_plan
 from somatize_tasks.runtime.state.redis_state import RedisRunState
 from somatize_tasks.runtime.state.run_state import LeafResult
@@ -182,10 +181,22 @@ def test_the_first_completion_wins_and_stale_messages_are_refused(settings: Sett
 
 def _redis_on(port: int, password: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no", "--requirepass", password],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            password,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"redis://:{password}@127.0.0.1:{port}/0"
     assert wait_for(lambda: _pings(url), 10), "redis-server did not start"
     return proc
@@ -206,10 +217,14 @@ def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearl
     port = free_port()
     server = _redis_on(port, password)
     settings = Settings(
-        redis_url=f"redis://:{password}@127.0.0.1:{port}/0", key_prefix="restart",
-        heartbeat_interval_s=0.5, store_kind="local", store_dir=tmp_path / "store",
-        cache_dir=tmp_path / "cache", worker_id="restart-producer",
-    )  # fmt: skip
+        redis_url=f"redis://:{password}@127.0.0.1:{port}/0",
+        key_prefix="restart",
+        heartbeat_interval_s=0.5,
+        store_kind="local",
+        store_dir=tmp_path / "store",
+        cache_dir=tmp_path / "cache",
+        worker_id="restart-producer",
+    )
     factory = WorkerFactory(settings, tmp_path)
     try:
         worker = factory.start("solo", tags="cpu")
@@ -217,8 +232,13 @@ def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearl
             submit_plan(ex("rt_add"), input=1, settings=settings, require_workers=True).wait(30)
             == 2
         )
-        run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 3}}, settings=settings,
-                          require_workers=True)  # fmt: skip
+        run = submit_plan(
+            ex("rt_sleep"),
+            input=1,
+            params={"rt_sleep": {"s": 3}},
+            settings=settings,
+            require_workers=True,
+        )
         server.kill()
         server.wait()
         server = _redis_on(port, password)  # empty: the run's state is gone
@@ -241,10 +261,14 @@ def test_redis_restarted_mid_run_workers_come_back_and_the_lost_run_fails_clearl
 def test_a_transfer_that_keeps_failing_fails_the_run_naming_the_store(
     settings: Settings, tmp_path: Path
 ) -> None:
-    broken = settings.model_copy(update={
-        "key_prefix": f"{settings.key_prefix}-s3down", "s3_endpoint_url": f"http://127.0.0.1:{free_port()}",
-        "transfer_max_retries": 1, "transfer_retry_backoff_max_s": 0.2,
-    })  # fmt: skip
+    broken = settings.model_copy(
+        update={
+            "key_prefix": f"{settings.key_prefix}-s3down",
+            "s3_endpoint_url": f"http://127.0.0.1:{free_port()}",
+            "transfer_max_retries": 1,
+            "transfer_retry_backoff_max_s": 0.2,
+        }
+    )
     factory = WorkerFactory(broken, tmp_path)
     try:
         factory.start("ta", tags="ta")
@@ -265,8 +289,13 @@ def test_a_node_over_its_hard_time_limit_fails_the_run_naming_it(
     settings: Settings, two_workers: object
 ) -> None:
     limited = settings.model_copy(update={"node_time_limit_s": 1.0})
-    run = submit_plan(ex("rt_sleep"), input=1, params={"rt_sleep": {"s": 30}}, settings=limited,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        ex("rt_sleep"),
+        input=1,
+        params={"rt_sleep": {"s": 30}},
+        settings=limited,
+        require_workers=True,
+    )
     started = time.monotonic()
     with pytest.raises(NodeFailedError) as caught:
         run.wait(timeout=30)

@@ -27,15 +27,23 @@ class Cluster:
         registry = Registry(self.client, RedisKeys(f"oc{tag}"), ttl_s=10)
         for name, tasks in held.items():
             worker = getattr(self, name)
-            registry.heartbeat(WorkerInfo(id=worker, name=worker, cpu_cores=2,
-                                          max_concurrent=2), tasks=tasks)  # fmt: skip
+            registry.heartbeat(
+                WorkerInfo(id=worker, name=worker, cpu_cores=2, max_concurrent=2), tasks=tasks
+            )
         self.watch = OrphanWatch(registry, self.client, TTL_S)
 
     def waiting(self, chain: list[list[str]]) -> dict[str, Any]:
         """Node ``b``'s status: pending on ``dst``, waiting for the ``chain``'s steps."""
-        return {"state": "pending", "worker": self.dst, "block": 3, "epoch": 0,
-                "task_id": "node-t", "queued_at": time.time() - 5, "waiting_for": "transfers",
-                "chain": chain}  # fmt: skip
+        return {
+            "state": "pending",
+            "worker": self.dst,
+            "block": 3,
+            "epoch": 0,
+            "task_id": "node-t",
+            "queued_at": time.time() - 5,
+            "waiting_for": "transfers",
+            "chain": chain,
+        }
 
     def judge(self, status: dict[str, Any]) -> list[str]:
         """Two sweeps one TTL apart (a suspect must be seen missing twice)."""

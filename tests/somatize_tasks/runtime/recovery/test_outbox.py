@@ -20,12 +20,15 @@ from testkit.workers import WorkerProcess
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("plan", [seq(ex("rt_add"), ex("rt_double")),
-                                  par(*[ex(f"rt_add_{i}") for i in range(2, 12)])])  # fmt: skip
+@pytest.mark.parametrize(
+    "plan", [seq(ex("rt_add"), ex("rt_double")), par(*[ex(f"rt_add_{i}") for i in range(2, 12)])]
+)
 def test_blocks_recorded_but_never_published_are_published_again(
-    plan: Any, settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess],
+    plan: Any,
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # The producer "dies" right after recording its first wave: nothing goes out, and
     # nothing confirms that it did.
     monkeypatch.setattr(CeleryDispatcher, "_send", lambda *args, **kwargs: None)

@@ -20,10 +20,9 @@ from redis import Redis
 
 from somatize_tasks.cli import main
 from somatize_tasks.config.settings import Settings
-from somatize_tasks.errors import KilledWorkerError, RunDeadlineError
+from somatize_tasks.errors import KilledWorkerError, PlanInputError, RunDeadlineError
 from somatize_tasks.runtime.engine.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.producer.local import run_local
-from somatize_tasks.errors import PlanInputError
 from somatize_tasks.runtime.producer.submit import submit_plan
 from somatize_tasks.runtime.state.redis_state import RedisRunState
 from somatize_tasks.workers.registry import Registry
@@ -65,8 +64,9 @@ def test_a_node_that_kills_its_pool_process_fails_the_run_after_three_deaths(
     # Under prefork only the pool child dies; Celery puts the message back
     # (task_reject_on_worker_lost) and the worker itself lives on.
     worker = own_workers.start("prefork", tags="poison-a", concurrency=1)
-    plan = {"Remote": {"node_id": "rt_suicide", "target": {"Tag": "poison-a"},
-                       "plan": ex("rt_suicide")}}  # fmt: skip
+    plan = {
+        "Remote": {"node_id": "rt_suicide", "target": {"Tag": "poison-a"}, "plan": ex("rt_suicide")}
+    }
     started = time.monotonic()
     run = submit_plan(plan, input=1, settings=own_settings, require_workers=True)
     with pytest.raises(KilledWorkerError) as caught:
@@ -75,12 +75,16 @@ def test_a_node_that_kills_its_pool_process_fails_the_run_after_three_deaths(
     assert caught.value.node_id == "rt_suicide"
     assert "died 3 times" in message and message.count(worker.worker_id) >= 3, message
     assert run.status().nodes["rt_suicide"].state == "failed", (
-        run._state.client.hgetall(run._state.nodes), worker.log()[-4000:])
+        run._state.client.hgetall(run._state.nodes),
+        worker.log()[-4000:],
+    )
     assert worker.proc.poll() is None and worker.worker_id in _live_ids(own_settings)
     assert worker.log().count("exited with 'signal 9 (SIGKILL)'") == 3, worker.log()[-3000:]
     redelivered = worker.log().count("lost its worker process")
-    print(f"prefork: 3 child deaths ({redelivered} seen on redelivery) -> KilledWorker in "
-          f"{time.monotonic() - started:.1f} s")
+    print(
+        f"prefork: 3 child deaths ({redelivered} seen on redelivery) -> KilledWorker in "
+        f"{time.monotonic() - started:.1f} s"
+    )
     worker.stop()
 
 
@@ -89,13 +93,15 @@ def test_a_node_that_kills_its_whole_worker_stops_at_the_runs_limit(
 ) -> None:
     # Under the solo pool the node kills the worker itself: the dead-worker rule
     # counts each death, and the limit (2 here, per run) spares the third worker.
-    workers = [own_workers.start(f"solo{i}", tags="poison-b", celery_args=("--pool", "solo"))
-               for i in range(3)]  # fmt: skip
-    plan = {"Remote": {"node_id": "rt_suicide", "target": {"Tag": "poison-b"},
-                       "plan": ex("rt_suicide")}}  # fmt: skip
+    workers = [
+        own_workers.start(f"solo{i}", tags="poison-b", celery_args=("--pool", "solo"))
+        for i in range(3)
+    ]
+    plan = {
+        "Remote": {"node_id": "rt_suicide", "target": {"Tag": "poison-b"}, "plan": ex("rt_suicide")}
+    }
     started = time.monotonic()
-    run = submit_plan(plan, input=1, settings=own_settings, require_workers=True,
-                      max_node_deaths=2)  # fmt: skip
+    run = submit_plan(plan, input=1, settings=own_settings, require_workers=True, max_node_deaths=2)
     with pytest.raises(KilledWorkerError) as caught:
         run.wait(timeout=90)
     dead = [w for w in workers if w.proc.poll() is not None]
@@ -117,20 +123,24 @@ def test_max_node_deaths_must_be_at_least_one(own_settings: Settings) -> None:
 
 
 def test_a_node_running_on_a_live_worker_with_no_task_behind_it_runs_again(
-    settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess],
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # As after a Redis outage that made the task fail and be acknowledged: the node
     # is `running` on a live worker that holds no task for it.
     monkeypatch.setattr(CeleryDispatcher, "_send", lambda *args, **kwargs: None)
     monkeypatch.setattr(CeleryDispatcher, "_send_batch", lambda *args, **kwargs: None)
-    run = submit_plan(seq(ex("rt_add"), ex("rt_double")), input=1, settings=settings,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        seq(ex("rt_add"), ex("rt_double")), input=1, settings=settings, require_workers=True
+    )
     monkeypatch.undo()
     state: RedisRunState = run._state
     status = _node_status(state, "rt_add")
-    assert state.mark_running(["rt_add"], status["worker"], status["block"], 0,
-                              status["task_id"]) is not None  # fmt: skip
+    assert (
+        state.mark_running(["rt_add"], status["worker"], status["block"], 0, status["task_id"])
+        is not None
+    )
     state.sent([(status["block"], 0)])
     started = time.monotonic()
     assert run.wait(timeout=60) == 4
@@ -148,9 +158,14 @@ def _node_status(state: RedisRunState, node_id: str) -> dict[str, Any]:
 def test_a_run_past_its_deadline_fails_naming_what_was_unfinished(
     settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
-    run = submit_plan(seq(ex("rt_sleep"), remote("gpu", ex("rt_add"))), input=1,
-                      params={"rt_sleep": {"s": 20}}, settings=settings,
-                      require_workers=True, deadline_s=2)  # fmt: skip
+    run = submit_plan(
+        seq(ex("rt_sleep"), remote("gpu", ex("rt_add"))),
+        input=1,
+        params={"rt_sleep": {"s": 20}},
+        settings=settings,
+        require_workers=True,
+        deadline_s=2,
+    )
     started = time.monotonic()
     with pytest.raises(RunDeadlineError) as caught:
         run.wait(timeout=30)
@@ -175,16 +190,27 @@ def test_the_cli_takes_a_deadline(tmp_path: Path) -> None:
     plan = json.dumps(par(ex("rt_sleep"), ex("rt_add")))
     (tmp_path / "plan.json").write_text(plan)
     (tmp_path / "params.json").write_text(json.dumps({"rt_sleep": {"s": 0.3}}))
-    result = CliRunner().invoke(main, [
-        "run", str(tmp_path / "plan.json"), "--params", str(tmp_path / "params.json"),
-        "--nodes", "testkit.nodes.run_nodes", "--deadline", "0.1"])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(tmp_path / "plan.json"),
+            "--params",
+            str(tmp_path / "params.json"),
+            "--nodes",
+            "testkit.nodes.run_nodes",
+            "--deadline",
+            "0.1",
+        ],
+    )
     assert result.exit_code != 0
     assert "passed its deadline of 0.1 s" in result.output, result.output
 
 
 def test_a_local_run_past_its_deadline_fails_between_nodes() -> None:
-    result = run_local(par(ex("rt_sleep"), ex("rt_add")), input=1,
-                       params={"rt_sleep": {"s": 0.3}}, deadline_s=0.1)  # fmt: skip
+    result = run_local(
+        par(ex("rt_sleep"), ex("rt_add")), input=1, params={"rt_sleep": {"s": 0.3}}, deadline_s=0.1
+    )
     assert result.status == "failed"
     assert result.error is not None and result.error["type"] == "RunDeadlineExceeded"
     assert "1 node(s) not started yet" in result.error["message"]
@@ -194,27 +220,34 @@ def test_a_run_that_outlasts_the_run_ttl_keeps_its_state(
     settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess]
 ) -> None:
     short = settings.model_copy(update={"run_ttl_s": 2})
-    run = submit_plan(ex("rt_sleep"), input=7, params={"rt_sleep": {"s": 5}}, settings=short,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        ex("rt_sleep"), input=7, params={"rt_sleep": {"s": 5}}, settings=short, require_workers=True
+    )
     assert run.wait(timeout=30) == 7
     assert wait_for(lambda: run.status().state == "done", 1)
 
 
 def test_a_node_running_when_its_worker_restarted_under_its_id_runs_again(
-    own_settings: Settings, tmp_path_factory: pytest.TempPathFactory,
+    own_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     # The worker comes back before its heartbeat expires (a long TTL here), so the
     # dead-worker rule never fires: the old process's message is unacknowledged for
     # an hour, and only the orphan rule sees that nothing runs the node.
-    slow = own_settings.model_copy(update={"key_prefix": f"{own_settings.key_prefix}-rs",
-                                           "heartbeat_ttl_s": 6.0})  # fmt: skip
+    slow = own_settings.model_copy(
+        update={"key_prefix": f"{own_settings.key_prefix}-rs", "heartbeat_ttl_s": 6.0}
+    )
     factory = WorkerFactory(slow, tmp_path_factory.mktemp("restart-workers"))
     try:
         first = factory.start("same", tags="restart")
-        run = submit_plan(remote("restart", ex("rt_sleep")), input=5,
-                          params={"rt_sleep": {"s": 2}}, settings=slow,
-                          require_workers=True)  # fmt: skip
+        run = submit_plan(
+            remote("restart", ex("rt_sleep")),
+            input=5,
+            params={"rt_sleep": {"s": 2}},
+            settings=slow,
+            require_workers=True,
+        )
         assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)
         first.signal_group(signal.SIGKILL)
         first.proc.wait(5)
@@ -236,12 +269,20 @@ def test_nodes_queued_behind_a_busy_worker_are_not_taken_for_orphans(
     # One slot, held for longer than the orphan rule needs (two TTLs): the nodes
     # behind it wait reserved by the worker or in its queue, and must stay put.
     worker = own_workers.start("busy", tags="queue-c", concurrency=1)
-    blocker = submit_plan(remote("queue-c", ex("rt_sleep")), input=0,
-                          params={"rt_sleep": {"s": 3 * own_settings.heartbeat_ttl_s}},
-                          settings=own_settings, require_workers=True)  # fmt: skip
+    blocker = submit_plan(
+        remote("queue-c", ex("rt_sleep")),
+        input=0,
+        params={"rt_sleep": {"s": 3 * own_settings.heartbeat_ttl_s}},
+        settings=own_settings,
+        require_workers=True,
+    )
     assert wait_for(lambda: blocker.status().nodes["rt_sleep"].state == "running", 20)
-    queued = [submit_plan(remote("queue-c", ex("rt_add")), input=i, settings=own_settings,
-                          require_workers=True) for i in range(4)]  # fmt: skip
+    queued = [
+        submit_plan(
+            remote("queue-c", ex("rt_add")), input=i, settings=own_settings, require_workers=True
+        )
+        for i in range(4)
+    ]
     with caplog.at_level(logging.WARNING, logger="somatize_tasks.runtime.recovery.reaper"):
         assert [run.wait(timeout=60) for run in queued] == [1, 2, 3, 4]
     assert blocker.wait(timeout=30) == 0

@@ -55,26 +55,39 @@ def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_sta
 ) -> None:
     caplog.set_level(logging.WARNING, logger="somatize_tasks.runtime.recovery.reaper")
     settings = Settings(
-        redis_url=own_redis.url, key_prefix="aof", heartbeat_interval_s=0.5,
-        store_kind="local", store_dir=tmp_path / "store", cache_dir=tmp_path / "cache",
-        worker_id="aof-producer", redis_retry_s=30.0,
-    )  # fmt: skip
+        redis_url=own_redis.url,
+        key_prefix="aof",
+        heartbeat_interval_s=0.5,
+        store_kind="local",
+        store_dir=tmp_path / "store",
+        cache_dir=tmp_path / "cache",
+        worker_id="aof-producer",
+        redis_retry_s=30.0,
+    )
     factory = WorkerFactory(settings, tmp_path)
     try:
         workers = [factory.start(name, tags=f"cpu,w{name}", wait=False) for name in ("a", "b")]
         for worker in workers:
             factory.wait_live(worker)
         runs = {
-            value: submit_plan(remote(tag, ex("rt_sleep")), input=value,
-                               params={"rt_sleep": {"s": 1.5}}, settings=settings,
-                               require_workers=True)
+            value: submit_plan(
+                remote(tag, ex("rt_sleep")),
+                input=value,
+                params={"rt_sleep": {"s": 1.5}},
+                settings=settings,
+                require_workers=True,
+            )
             for value, tag in ((1, "wa"), (2, "wb"))
-        }  # fmt: skip
+        }
         # Free to go anywhere: a watcher that took the workers for dead when Redis
         # came back (their heartbeats expired meanwhile) would move these nodes.
-        spread = submit_plan(par(ex("rt_sleep"), ex("rt_sleep_2")), input=3,
-                             params={"rt_sleep": {"s": 4}, "rt_sleep_2": {"s": 4}},
-                             settings=settings, require_workers=True)  # fmt: skip
+        spread = submit_plan(
+            par(ex("rt_sleep"), ex("rt_sleep_2")),
+            input=3,
+            params={"rt_sleep": {"s": 4}, "rt_sleep_2": {"s": 4}},
+            settings=settings,
+            require_workers=True,
+        )
         # The producer waits across the outage: wait() rides it out, as tasks do.
         expected = {1: 1, 2: 2, 3: {"rt_sleep": 3, "rt_sleep_2": 3}}
         waits = {value: _waiting(run) for value, run in [*runs.items(), (3, spread)]}
@@ -89,8 +102,12 @@ def test_redis_restarted_while_nodes_run_every_run_finishes_and_every_worker_sta
         live = lambda: {w.info.id for w in registry.live()} == {w.worker_id for w in workers}  # noqa: E731
         assert wait_for(live, 20), [w.log()[-2000:] for w in workers]
         # Each worker runs a node after (its consumer reconnected, its old acks handled).
-        after = submit_plan(par(remote("wa", ex("rt_add")), remote("wb", ex("rt_double"))),
-                            input=2, settings=settings, require_workers=True)  # fmt: skip
+        after = submit_plan(
+            par(remote("wa", ex("rt_add")), remote("wb", ex("rt_double"))),
+            input=2,
+            settings=settings,
+            require_workers=True,
+        )
         assert after.wait(timeout=30) == {"rt_add": 3, "rt_double": 4}
         time.sleep(1.0)
         logs = "\n".join(worker.log() for worker in workers)

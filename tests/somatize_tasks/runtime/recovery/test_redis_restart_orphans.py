@@ -34,10 +34,24 @@ pytestmark = [
 
 def _redis(port: int, data: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            str(data),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port, socket_connect_timeout=0.2)
 
     def up() -> bool:
@@ -57,15 +71,25 @@ def test_a_node_running_through_a_redis_restart_with_aof_finishes(
     data.mkdir()
     server = _redis(port, data)
     settings = Settings(
-        redis_url=f"redis://127.0.0.1:{port}/0", key_prefix="aof", heartbeat_interval_s=0.5,
-        store_kind="local", store_dir=tmp_path / "store", cache_dir=tmp_path / "cache",
-        worker_id="aof-producer", redis_retry_s=0,
-    )  # fmt: skip
+        redis_url=f"redis://127.0.0.1:{port}/0",
+        key_prefix="aof",
+        heartbeat_interval_s=0.5,
+        store_kind="local",
+        store_dir=tmp_path / "store",
+        cache_dir=tmp_path / "cache",
+        worker_id="aof-producer",
+        redis_retry_s=0,
+    )
     factory = WorkerFactory(settings, tmp_path)
     try:
         worker = factory.start("solo", tags="cpu")
-        run = submit_plan(ex("rt_sleep"), input=3, params={"rt_sleep": {"s": 1.5}},
-                          settings=settings, require_workers=True)  # fmt: skip
+        run = submit_plan(
+            ex("rt_sleep"),
+            input=3,
+            params={"rt_sleep": {"s": 1.5}},
+            settings=settings,
+            require_workers=True,
+        )
         assert wait_for(lambda: run.status().nodes["rt_sleep"].state == "running", 20)
         server.kill()
         server.wait()

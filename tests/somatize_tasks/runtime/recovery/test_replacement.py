@@ -10,8 +10,9 @@ from somatize_tasks.runtime.recovery.replacement import new_home
 
 
 def _worker(worker_id: str, tags: list[str], active: int, slots: int = 2) -> WorkerInfo:
-    return WorkerInfo(id=worker_id, name=worker_id, tags=tags, active_jobs=active,
-                      max_concurrent=slots)  # fmt: skip
+    return WorkerInfo(
+        id=worker_id, name=worker_id, tags=tags, active_jobs=active, max_concurrent=slots
+    )
 
 
 def test_a_dead_workers_node_queues_on_a_busy_survivor_instead_of_stranding() -> None:

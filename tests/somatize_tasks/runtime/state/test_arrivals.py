@@ -17,8 +17,14 @@ def waiting_block(settings: Settings, missing: int) -> RedisRunState:
     """Block 1 (node ``b``), published as task ``t1`` and waiting for ``missing`` inputs."""
     prefix = f"{settings.key_prefix}:ar{uuid.uuid4().hex[:4]}"
     state = running_state(redis_client(settings), prefix)
-    status = {"state": "pending", "worker": "w2", "block": 1, "epoch": 0, "task_id": "t1",
-              "waiting_for": "transfers"}  # fmt: skip
+    status = {
+        "state": "pending",
+        "worker": "w2",
+        "block": 1,
+        "epoch": 0,
+        "task_id": "t1",
+        "waiting_for": "transfers",
+    }
     state.record_dispatch(["b"], 1, 0, {"ref": {}}, status, missing=missing)
     return state
 

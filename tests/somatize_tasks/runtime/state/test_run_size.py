@@ -39,10 +39,13 @@ def adds(n: int) -> list[dict[str, Any]]:
 
 
 SHAPES = {  # name -> (plan, fuse chains, output from input 0)
-    "fork-join": (seq(ex("rt_add"), par(*adds(N)), ex("rt_join")), True,
-                  {"keys": sorted(f"rt_add_{i + 2}" for i in range(N)), "total": 2.0 * N}),
+    "fork-join": (
+        seq(ex("rt_add"), par(*adds(N)), ex("rt_join")),
+        True,
+        {"keys": sorted(f"rt_add_{i + 2}" for i in range(N)), "total": 2.0 * N},
+    ),
     "unfused chain": (seq(ex("rt_add"), *adds(N - 1)), False, float(N)),
-}  # fmt: skip
+}
 
 
 def run_bytes(client: Redis[bytes], prefix: str, run_id: str) -> dict[str, int]:
@@ -58,8 +61,12 @@ def test_a_finished_run_keeps_under_1_kb_a_node_and_shows_everything(
     settings: Settings, two_workers: Workers, shape: str
 ) -> None:
     plan, fuse, output = SHAPES[shape]
-    run = submit_plan(plan, input=0, settings=settings.model_copy(update={"fuse_chains": fuse}),
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        plan,
+        input=0,
+        settings=settings.model_copy(update={"fuse_chains": fuse}),
+        require_workers=True,
+    )
     assert run.wait(timeout=120) == output
     client = run._context.redis
     # The run's last worker folds its logs right after the run's end.

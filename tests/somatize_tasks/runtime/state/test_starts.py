@@ -62,8 +62,10 @@ def test_a_first_start_rides_with_the_program_read(settings: Settings) -> None:
     context = run_context(create_app(settings), settings, "w1")
     run_id = uuid.uuid4().hex[:12]
     plan = load_plan({"Execute": {"node_id": "a"}})
-    context.redis.hset(context.keys.run(run_id),
-                       mapping={"status": "running", "plan": plan.model_dump_json(), "version": 2})
+    context.redis.hset(
+        context.keys.run(run_id),
+        mapping={"status": "running", "plan": plan.model_dump_json(), "version": 2},
+    )
     assert not context.has_program(run_id)
     start = context.state(run_id).pending_start(["a"], "w1", 0, 0, "t1")
     assert context.program(run_id, start=start) is not None and context.has_program(run_id)
@@ -93,12 +95,14 @@ def test_scripts_redis_forgot_are_sent_again(private_redis: Redis[bytes]) -> Non
 
 
 def test_a_wide_fork_join_in_batches_runs_every_branch_once(
-    settings: Settings, two_workers: tuple[WorkerProcess, WorkerProcess],
+    settings: Settings,
+    two_workers: tuple[WorkerProcess, WorkerProcess],
 ) -> None:
     names = [f"b{i}" for i in range(40)]
     plan = seq(par(*[ex(n) for n in names]), ex("rt_join"))
-    run = submit_plan(plan, input=1, ops=dict.fromkeys(names, "rt_add"), settings=settings,
-                      require_workers=True)  # fmt: skip
+    run = submit_plan(
+        plan, input=1, ops=dict.fromkeys(names, "rt_add"), settings=settings, require_workers=True
+    )
     assert run.wait(timeout=60) == {"keys": sorted(names), "total": 80.0}
     nodes = run._context.redis.hgetall(run._context.keys.run(run.id, "nodes"))
     states = {k.decode(): json.loads(v) for k, v in nodes.items()}
