@@ -5,14 +5,9 @@ and ``somatize-tasks cluster up``/``down`` (in the background).
 """
 
 from somatize_tasks.errors import ClusterError
-from somatize_tasks.local_cluster.cluster import (
-    LocalCluster,
-    SavedCluster,
-    WorkerSpec,
-    save_state,
-    worker_specs,
-)
+from somatize_tasks.local_cluster.cluster import LocalCluster, WorkerSpec, worker_specs
 from somatize_tasks.local_cluster.redis_server import find_redis_server
+from somatize_tasks.local_cluster.saved import SavedCluster, save_state
 
 __all__ = [
     "ClusterError",
