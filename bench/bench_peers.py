@@ -14,7 +14,7 @@ timed: Dask frees a value when no future refers to it any more, so our
 runs are ``forget()``-ed (state and values deleted) as part of each run. A
 run left to expire keeps its values in the RAM tier for ``run_ttl_s``,
 so every new value takes memory the kernel has not just freed, which on
-this VM costs up to 3 times as much (see the README's Speed section).
+this VM costs up to 3 times as much (see docs/performance.md).
 
     pip install -e '.[bench]'
     python -m bench.bench_peers [--rounds 3] [--quick] [--only "16 MiB" ...]
@@ -177,7 +177,7 @@ def page_reporting_note() -> str | None:
     return (
         f"note: this machine reports freed memory to its host (page_reporting_order={order},"
         f" min_free_ms={delay_ms}); fresh memory then costs a fault at the host, so the"
-        " value rows measure that more than either peer (see the README's Speed section)"
+        " value rows measure that more than either peer (see docs/performance.md)"
     )
 
 

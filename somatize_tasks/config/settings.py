@@ -2,7 +2,7 @@
 
 Nothing here reads the environment at import time: :meth:`Settings.from_env`
 (or ``Settings()``) reads ``SOMATIZE_*`` variables when it is called, and
-keyword overrides win over the environment. The README's "Settings" section
+keyword overrides win over the environment. docs/settings.md (generated from this class)
 lists every field with its environment name.
 """
 
