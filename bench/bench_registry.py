@@ -127,11 +127,26 @@ def cpu(count: int, seconds: float, interval_s: float) -> tuple[float, float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument(
+        "--redis-url", default=None, help="a Redis to measure (default: a redis-server of its own)"
+    )
     parser.add_argument("--reads", type=int, default=100)
     parser.add_argument("--interval-s", type=float, default=2.0)
     parser.add_argument("--cpu-seconds", type=float, default=20.0)
     args = parser.parse_args()
+    own = None
+    if args.redis_url is None:
+        own, port = start_redis_server()
+        args.redis_url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _report(args)
+    finally:
+        if own is not None:
+            own.kill()
+            own.wait()
+
+
+def _report(args: argparse.Namespace) -> None:
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     print(
         f"live_workers() on {args.redis_url.split('@')[-1]}, {args.reads} reads each, "

@@ -4,7 +4,6 @@ and what a finished run keeps in it."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -16,20 +15,16 @@ from typing import Any
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.runtime.producer.handle import PlanRun
 from somatize_tasks.store.ram import ram_tier
-from testkit.services import answers, start_redis_server
-
-STANDARD_REDIS = "redis://127.0.0.1:6379/0"
+from testkit.services import start_redis_server
 
 
 @contextmanager
 def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path]]:
-    """Settings on the local Redis (or a throwaway redis-server), a unique key
-    prefix, a shared-directory store in a temp dir; and that temp dir."""
-    server: subprocess.Popen[bytes] | None = None
-    redis_url = STANDARD_REDIS
-    if not answers(redis_url):
-        server, port = start_redis_server()
-        redis_url = f"redis://127.0.0.1:{port}/0"
+    """Settings on a throwaway redis-server of the benchmark's own (a Redis the
+    user runs is never touched), a unique key prefix, a shared-directory store in
+    a temp dir; and that temp dir."""
+    server, port = start_redis_server()
+    redis_url = f"redis://127.0.0.1:{port}/0"
     root = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     prefix = f"{name}-{uuid.uuid4().hex[:8]}"
     options: dict[str, Any] = {
@@ -49,9 +44,8 @@ def bench_settings(name: str, **overrides: Any) -> Iterator[tuple[Settings, Path
     finally:
         if ram is not None:  # values in RAM would outlive the benchmark (runs are not collected)
             shutil.rmtree(ram.root, ignore_errors=True)
-        if server is not None:
-            server.kill()
-            server.wait()
+        server.kill()
+        server.wait()
 
 
 def finished_run_bytes(run: PlanRun, settle_s: float = 30.0) -> dict[str, int]:
