@@ -23,6 +23,7 @@ TEST_NODES = ",".join(
         "somatize_tasks.examples.nodes",
         "testkit.nodes.run_nodes",
         "testkit.nodes.soma_nodes",
+        "testkit.nodes.fence_nodes",
     ]
 )
 

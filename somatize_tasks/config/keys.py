@@ -20,6 +20,10 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:workers:keys``        HASH    worker id -> JSON list of the message key
                                         ids it accepts (``["unsigned"]``: any), at start
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
+    ``<p>:msg:<id>``            STRING  who took a signed task message, until it
+                                        expires (``messaging.replay``)
+    ``<p>:ctl:<node>:<nonce>``  STRING  a control command a worker acted on, until
+                                        it expires (``messaging.signed_control``)
     ``<p>:runs``                ZSET    run id -> creation time (s)
     ``<p>:runs:active``         SET     run ids still running (the reaper's list)
     ``<p>:run:<id>``            HASH    run meta: status, plan, distribution,
@@ -32,9 +36,10 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         <epoch>`` outputs, ``s:`` loop signals,
                                         ``i:`` saved inputs, ``j:``/``jn:`` joins,
                                         ``e:`` loop passes, ``p:`` pending transfers,
-                                        ``k:<block>`` deaths (``runtime.deaths``)
+                                        ``k:<block>`` deaths (``runtime.deaths``),
+                                        ``a:<block>:<epoch>`` attempts (fencing)
     ``<p>:run:<id>:nodes``      HASH    node id -> state JSON (state, worker,
-                                        task id, times)
+                                        task id, attempt, times)
     ``<p>:run:<id>:done``       SET     node ids done (progress)
     ``<p>:run:<id>:transfers``  LIST    transfer records, for status and timeline
     ``<p>:run:<id>:finished``   LIST    one item pushed when the run ends (wait)
@@ -115,6 +120,14 @@ class RedisKeys:
     def active_runs(self) -> str:
         """Runs still running: what the reaper watches."""
         return self.key("runs", "active")
+
+    def message_taken(self, message_id: str) -> str:
+        """Who took a signed task message (its id), until the message expires."""
+        return self.key("msg", message_id)
+
+    def control_taken(self, node: str, nonce: str) -> str:
+        """A control command ``node`` acted on (its nonce), until the command expires."""
+        return self.key("ctl", node, nonce)
 
     def run(self, run_id: str, part: str | None = None) -> str:
         """A run's meta hash, or one of its parts (``results``, ``nodes``, ...)."""

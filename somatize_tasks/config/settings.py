@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # Signed messages (see somatize_tasks.messaging.signing)
     message_key: SecretStr | None = None
     message_keys_previous: CommaSecrets = Field(default_factory=list)
+    #: How long a signed task message may wait in its queue before workers refuse it
+    #: (its id is remembered that long, to refuse replays); control commands: seconds.
+    message_ttl_s: Annotated[int, Field(ge=60)] = 24 * 3600
+    control_ttl_s: Annotated[float, Field(gt=0)] = 60.0
 
     # Runs
     run_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600

@@ -1,11 +1,23 @@
 -- Fragment: record(b), a completion's record, for the scripts that include it.
--- KEYS: meta, results, nodes, done, states, latest, history. ARGV from index b: leaf
--- field, worker id, ttl, then counted sections of pairs: results fields (signals),
--- latest outputs, node statuses, fitted states; then counted history lines and the
--- history's length limit. Returns false when the run ended or the leaf was recorded.
+-- KEYS: meta, results, nodes, done, states, latest, history. ARGV from index b: the
+-- fence (a node of the block, its pass, the attempt that ran it; '' for no fence),
+-- leaf field, worker id, ttl, then counted sections of pairs: results fields
+-- (signals), latest outputs, node statuses, fitted states; then counted history lines
+-- and the history's length limit. Returns 1 when recorded, 0 when the run ended or
+-- the leaf was recorded already, -1 when the attempt is fenced: the block was
+-- dispatched or started again since this execution began (its status holds another
+-- attempt), so what it wrote (under keys of its own) is never referenced.
 local function record(b)
-  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return false end
-  if redis.call('HSETNX', KEYS[2], ARGV[b], ARGV[b + 1]) == 0 then return false end
+  if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+  if ARGV[b + 2] ~= '' then
+    local raw = redis.call('HGET', KEYS[3], ARGV[b])
+    local now = raw and cjson.decode(raw) or {}
+    if tostring(now['attempt']) ~= ARGV[b + 2] or tostring(now['epoch']) ~= ARGV[b + 1] then
+      return -1
+    end
+  end
+  b = b + 3
+  if redis.call('HSETNX', KEYS[2], ARGV[b], ARGV[b + 1]) == 0 then return 0 end
   local ttl = tonumber(ARGV[b + 2])
   local i = b + 3
   local function pairs_into(key)
@@ -27,5 +39,5 @@ local function record(b)
   if h > 0 then
     redis.call('LTRIM', KEYS[7], -tonumber(ARGV[i]), -1); redis.call('EXPIRE', KEYS[7], ttl)
   end
-  return true
+  return 1
 end

@@ -13,6 +13,8 @@ settings through :func:`settings_of`.
 from __future__ import annotations
 
 import ssl
+import time
+import uuid
 from typing import Any
 
 from celery import Celery
@@ -21,7 +23,7 @@ from kombu import Connection
 
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.messaging.kombu_publish import reuse_publish_clients
-from somatize_tasks.messaging.signing import HEADER, sign, signing_key
+from somatize_tasks.messaging.signing import HEADER, MESSAGE, SIGNED, sign, sign2, signing_key
 
 #: Worker bootsteps, by path so this module need not import them (they import it).
 WORKER_STEPS = (
@@ -76,9 +78,13 @@ class ShadowNamedAMQP(AMQP):
 
     def as_task_v2(self, task_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
         message = super().as_task_v2(task_id, name, *args, **kwargs)
-        key = signing_key(settings_of(self.app))
+        settings = settings_of(self.app)
+        key = signing_key(settings)
         if key is not None:
-            message.headers[HEADER] = sign(key, name, task_id, message.body)
+            headers = message.headers
+            headers[MESSAGE] = {"id": uuid.uuid4().hex, "exp": time.time() + settings.message_ttl_s}
+            headers[HEADER] = sign(key, name, task_id, message.body)  # workers before v2
+            headers[SIGNED] = sign2(key, name, task_id, message.body, headers)
         shadow = message.headers.get("shadow")
         if shadow and message.sent_event is not None:
             message.sent_event["name"] = shadow

@@ -13,9 +13,19 @@ Workers verify with the current key and any ``SOMATIZE_MESSAGE_KEYS_PREVIOUS``
 ``MESSAGE_KEY`` with the old one in ``MESSAGE_KEYS_PREVIOUS`` on every
 worker, restart them, then switch producers; later drop the old key.
 
-A signature binds a message's content, not its delivery: a copy of a
-genuine message replayed is still genuine, and ``mark_running``'s task-id
-check is what keeps a replay from running a block twice.
+Version 2 (``somatize_signed``) also covers every header a worker acts on
+(:data:`SIGNED_HEADERS`: time limits, retries, ETA and expiry, group, and the
+message's own id and expiry in ``somatize_message``); a worker with keys
+requires it, so a copy with a changed ``timelimit`` is refused like a forged
+body. Headers outside that list are display only (``argsrepr``, ``origin``) or
+ignored, like the broker's ``redelivered`` flag (node deaths are counted from
+the run's records). The v1 header is still written for workers from before
+version 2, which check only that.
+
+A signature binds a message's content, not its delivery: a copy of a genuine
+message replayed is still genuine. The message id and expiry under the v2
+signature are what a worker refuses replays by
+(:mod:`somatize_tasks.messaging.replay`).
 """
 
 from __future__ import annotations
@@ -33,6 +43,25 @@ from somatize_tasks.config.settings import Settings
 
 HEADER = "somatize_signature"
 _SCHEME = "v1="
+#: The version 2 signature: task, id, body and :data:`SIGNED_HEADERS`.
+SIGNED = "somatize_signed"
+_SCHEME2 = "v2="
+#: The message's own id and expiry (unix seconds): ``{"id": ..., "exp": ...}``.
+MESSAGE = "somatize_message"
+#: Every header a worker acts on: inside the v2 signature.
+SIGNED_HEADERS = (
+    "eta",
+    "expires",
+    "group",
+    "group_index",
+    "retries",
+    "timelimit",
+    "root_id",
+    "parent_id",
+    "ignore_result",
+    "replaced_task_nesting",
+    MESSAGE,
+)
 #: What a worker announces when it accepts unsigned messages (it has no key).
 UNSIGNED = "unsigned"
 
@@ -72,7 +101,8 @@ def sign(key: bytes, task: str, task_id: str, body: Any) -> str:
 
 
 def check(keys: list[bytes], headers: dict[str, Any], body: Any) -> str | None:
-    """Why a received message must be refused, or None if its signature holds.
+    """Why a received message must be refused, or None if its v1 signature holds
+    (what a remote-control command without a guard carries; tasks use :func:`check2`).
 
     ``body`` is the decoded body as the worker received it.
     """
@@ -84,6 +114,54 @@ def check(keys: list[bytes], headers: dict[str, Any], body: Any) -> str | None:
         if hmac.compare_digest(given, _digest(key, task, task_id, body)):
             return None
     return "bad signature (signed with another key, or altered)"
+
+
+def covered(headers: dict[str, Any]) -> dict[str, Any]:
+    """The headers the v2 signature covers, as they are on the wire."""
+    return {name: headers.get(name) for name in SIGNED_HEADERS}
+
+
+def _digest2(key: bytes, task: str, task_id: str, body: Any, headers: dict[str, Any]) -> str:
+    signed = canonical(task, task_id, [body, covered(headers)])
+    return _SCHEME2 + hmac.new(key, signed, hashlib.sha256).hexdigest()
+
+
+def sign2(key: bytes, task: str, task_id: str, body: Any, headers: dict[str, Any]) -> str:
+    """The v2 header value: :func:`sign`'s content plus every header a worker acts on,
+    each through the wire's JSON once (so the worker rebuilds the same bytes)."""
+    wire = kombu_loads(kombu_dumps([body, covered(headers)]))
+    return _digest2(key, task, task_id, wire[0], wire[1])
+
+
+def check2(keys: list[bytes], headers: dict[str, Any], body: Any) -> str | None:
+    """Why a received task message must be refused, or None if its v2 signature holds
+    (task, id, body and :data:`SIGNED_HEADERS`) and it carries a message id and expiry."""
+    given = headers.get(SIGNED)
+    if not isinstance(given, str) or not given:
+        if headers.get(HEADER):
+            return (
+                "signed by a producer from before signature version 2 (no somatize_signed "
+                "header: its headers and replays are not covered); upgrade the producer"
+            )
+        return "unsigned (no somatize_signature header)"
+    task, task_id = str(headers.get("task", "")), str(headers.get("id", ""))
+    for key in keys:
+        if hmac.compare_digest(given, _digest2(key, task, task_id, body, headers)):
+            return None if message_guard_of(headers) else "signed but without a message id"
+    return "bad signature (signed with another key, or a header or the body altered)"
+
+
+def message_guard_of(headers: dict[str, Any]) -> tuple[str, float] | None:
+    """The message's ``(id, expiry)`` from its :data:`MESSAGE` header, if well formed."""
+    found = headers.get(MESSAGE)
+    if not isinstance(found, dict):
+        return None
+    message_id, expiry = found.get("id"), found.get("exp")
+    if not isinstance(message_id, str) or not 0 < len(message_id) <= 64:
+        return None
+    if isinstance(expiry, bool) or not isinstance(expiry, int | float):
+        return None
+    return message_id, float(expiry)
 
 
 def key_id(key: bytes) -> str:

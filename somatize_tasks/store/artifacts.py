@@ -107,14 +107,19 @@ class ArtifactStore:
     def _where(self) -> str:
         return f"the cache of worker '{self.worker_id}'"
 
-    def put(self, run_id: str, node_id: str, iteration: int, value: Any) -> ArtifactRef:
+    def put(
+        self, run_id: str, node_id: str, iteration: int, value: Any, attempt: int = 0
+    ) -> ArtifactRef:
         """Encode ``value``: small values ride inline in the ref (nothing is written to
-        disk), larger ones go to the RAM tier if it has room, else the local cache."""
-        key = artifact_key(run_id, node_id, iteration)
+        disk), larger ones go to the RAM tier if it has room, else the local cache.
+        ``attempt`` (fencing) gives each execution of a node a key of its own."""
+        key = artifact_key(run_id, node_id, iteration, attempt)
         with self._disk(run_id, node_id, key):
-            return self._put(run_id, node_id, iteration, key, value)
+            return self._put(run_id, node_id, iteration, key, value, attempt)
 
-    def _put(self, run_id: str, node_id: str, iteration: int, key: str, value: Any) -> ArtifactRef:
+    def _put(
+        self, run_id: str, node_id: str, iteration: int, key: str, value: Any, attempt: int
+    ) -> ArtifactRef:
         codec = codec_for(value)
         inline = None
         known = _known_size(value)
@@ -137,6 +142,7 @@ class ArtifactStore:
             size=size,
             inline=inline,
             worker_id=self.worker_id,
+            attempt=attempt,
         )
 
     @property

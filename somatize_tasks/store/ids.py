@@ -51,8 +51,12 @@ def _encodes(value: str) -> bool:
     return True
 
 
-def artifact_key(run_id: str, node_id: str, iteration: int) -> str:
-    """``<run>/<node>/<iteration>``: where a node output lives under any store prefix."""
-    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
-        raise ArtifactIdError(f"iteration must be a whole number >= 0, not {iteration!r}")
-    return f"{key_part('run id', run_id)}/{key_part('node id', node_id)}/{iteration}"
+def artifact_key(run_id: str, node_id: str, iteration: int, attempt: int = 0) -> str:
+    """``<run>/<node>/<iteration>``: where a node output lives under any store prefix;
+    ``<run>/<node>/<iteration>.<attempt>`` for a fenced execution's (each attempt at a
+    node writes under a key of its own: a stale one can never overwrite the winner's)."""
+    for name, number in (("iteration", iteration), ("attempt", attempt)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ArtifactIdError(f"{name} must be a whole number >= 0, not {number!r}")
+    last = f"{iteration}.{attempt}" if attempt else str(iteration)
+    return f"{key_part('run id', run_id)}/{key_part('node id', node_id)}/{last}"

@@ -57,14 +57,18 @@ class ArtifactValues:
     def __init__(self, store: ArtifactStore) -> None:
         self.store = store
 
-    def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
-        return self.store.put(run_id, node_id, epoch, value).model_dump(mode="json")
+    def put_value(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
+        return self.store.put(run_id, node_id, epoch, value, attempt).as_json()
 
-    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
-        ref = self.store.put(run_id, node_id, epoch, value)
+    def put_shared(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
+        ref = self.store.put(run_id, node_id, epoch, value, attempt)
         if ref.inline is None:
             self.store.upload(ref)
-        return ref.model_dump(mode="json")
+        return ref.as_json()
 
     def get_value(self, ref: dict[str, Any]) -> Any:
         return self.store.get(ArtifactRef.model_validate(ref))

@@ -44,7 +44,9 @@ class MemoryValueStore:
         self._values: dict[str, tuple[str, bytes]] = {}
         self._ids = itertools.count()
 
-    def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+    def put_value(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
         codec = codec_for(value)
         buffer = io.BytesIO()
         codec.write(value, buffer)
@@ -52,7 +54,9 @@ class MemoryValueStore:
         self._values[key] = (codec.name, buffer.getvalue())
         return {"run_id": run_id, "node_id": node_id, "iteration": epoch, "memory_key": key}
 
-    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+    def put_shared(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
         return self.put_value(run_id, node_id, epoch, value)
 
     def get_value(self, ref: dict[str, Any]) -> Any:

@@ -58,7 +58,7 @@ class OutputReader:
         self._check_alive(artifact.node_id, holder)
         pending = self.context.app.send_task(
             TRANSFER_UPLOAD_TASK,
-            args=(artifact.model_dump(mode="json"),),
+            args=(artifact.as_json(),),
             queue=queue_name(holder),
             argsrepr=f"run={self.run_id} node={artifact.node_id} {holder}->producer",
             shadow=f"transfer:upload {artifact.node_id} {holder}->producer",

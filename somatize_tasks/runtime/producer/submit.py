@@ -296,7 +296,7 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
     ref = context.store.put(run_id, node_id, 0, value)
     if ref.inline is None:
         context.store.upload(ref)
-    return ref_expr(ref.model_dump(mode="json"))
+    return ref_expr(ref.as_json())
 
 
 def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:

@@ -12,11 +12,14 @@ What counts as one death of a block (its nodes die together):
   (the whole worker died: the reaper's dead-worker rule);
 - the block was ``running`` on a live worker that no longer holds its task
   (the worker was restarted under the same id: the orphan rule);
-- its message comes back marked ``redelivered`` while the block is still
-  ``running`` under that very task id: Celery's prefork pool lost the child
-  process running it (``WorkerLostError``) and, with
-  ``task_reject_on_worker_lost``, put the message back on the queue. The
-  main process lives on, so only this delivery shows the death.
+- its message runs again while the run's own record says the block is still
+  ``running`` under that very task id (``mark_running`` hands back that earlier
+  status): Celery's prefork pool lost the child process running it
+  (``WorkerLostError``) and, with ``task_reject_on_worker_lost``, put the
+  message back on the queue. The main process lives on, so only this start
+  shows the death. The broker's ``redelivered`` flag is never read: anyone
+  who can write to the broker can set it, and a replayed copy of a message
+  is refused before it starts (:mod:`somatize_tasks.messaging.replay`).
 
 Each death is one attempt (task id and start time), recorded once in the
 run's working state (``k:<block>`` in ``results``: attempt -> worker), so
@@ -109,21 +112,18 @@ def stopped_by_time_limit(
     return overdue(limit_s, {node_id: status}, time.time(), -0.1 * limit_s)
 
 
-def poisoned_redelivery(
-    state: RedisRunState, program: Program, block: Block, task_id: str, default_limit: int
+def restart_is_death(
+    state: RedisRunState, program: Program, block: Block, previous: str, default_limit: int
 ) -> Failure | None:
-    """For a redelivered node message: if its block was still ``running`` under this
-    task id (the pool lost the process running it), count that death; the run's
-    error when the block reached its limit, else None (run it again).
+    """A block's task started again while its earlier start (``previous``, the status
+    ``mark_running`` replaced) was still ``running``: that execution died. Count the
+    death; the run's error when the block reached its limit, else None (run it again).
 
     A process killed by the block's hard time limit is no death: the run fails
     with ``NodeTimeLimitExceeded`` at once (:func:`stopped_by_time_limit`).
     """
     nodes = block.task_node_ids()
-    raw = state.client.hget(state.nodes, nodes[0])
-    status = json.loads(raw) if raw else {}
-    if status.get("state") != "running" or status.get("task_id") != task_id:
-        return None
+    status = json.loads(previous)
     killed = stopped_by_time_limit(nodes[0], status, len(nodes), program.time_limits_s[1])
     if killed is not None:
         return killed

@@ -60,6 +60,9 @@ class RedisRunState(OutboxState, RepairState):
         scripts = registered(client)
         #: The next block of this batch, to start with this block's record (starts.py).
         self.start_next: PendingStart | None = None
+        #: The last record was refused because its attempt is no longer the block's
+        #: current one (fencing: the block was dispatched or started again since).
+        self.fenced = False
         self._record = scripts["record_leaf"]
         self._record_and_join = scripts["record_and_join"]
         self._join = scripts["join"]
@@ -90,16 +93,17 @@ class RedisRunState(OutboxState, RepairState):
 
     def record_leaf(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> bool:
         intent = self._intent_args(bid, epoch, o=result.output, l=result.label, h=result.handoff)
-        recorded = bool(
+        reply = int(
             self._call(
                 self._record,
                 self._record_keys,
                 [*intent, *self._record_args(bid, epoch, nodes, result)],
             )
         )
-        if not recorded:
+        self.fenced = reply < 0
+        if reply != 1:
             self.intent = None
-        return recorded
+        return reply == 1
 
     def record_and_join(
         self,
@@ -122,7 +126,8 @@ class RedisRunState(OutboxState, RepairState):
         if isinstance(found, list):
             return True, [dict(json.loads(raw)) for raw in found]
         self.intent = None  # left only by the branch that completed the join
-        return bool(found), None
+        self.fenced = int(found) < 0
+        return int(found) == 1, None
 
     def _call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """Run ``script``, with the pending start of the next block if there is one."""
@@ -145,7 +150,8 @@ class RedisRunState(OutboxState, RepairState):
         ]
 
     def _record_args(self, bid: int, epoch: int, nodes: list[str], result: LeafResult) -> list[Any]:
-        args: list[Any] = [f"b:{bid}:{epoch}", result.worker_id, self.ttl_s]
+        fence = [nodes[0], epoch, result.attempt] if result.attempt else ["", "", ""]
+        args: list[Any] = [*fence, f"b:{bid}:{epoch}", result.worker_id, self.ttl_s]
         args.append(len(result.signals))
         for node_id, verdict in result.signals.items():
             args += [f"s:{node_id}", verdict]
@@ -273,12 +279,29 @@ class RedisRunState(OutboxState, RepairState):
         With ``release_slot``, a start also gives back one slot the run
         reserved on ``worker_id`` (:mod:`somatize_tasks.workers.reservations`).
         """
+        return self.start_block(
+            nodes, worker_id, bid, epoch, task_id, history_line, release_slot=release_slot
+        ).version
+
+    def start_block(
+        self,
+        nodes: list[str],
+        worker_id: str,
+        bid: int,
+        epoch: int,
+        task_id: str,
+        history_line: str = "",
+        *,
+        release_slot: bool = False,
+    ) -> PendingStart:
+        """:meth:`mark_running`, answered in full: the version, and this execution's
+        attempt (its fencing token) and any earlier start of the same task."""
         start = self.pending_start(
             nodes, worker_id, bid, epoch, task_id, history_line, release_slot=release_slot
         )
         self.start_next = None
-        version = int(self._mark_running(keys=start.keys, args=start.args))
-        return None if version < 0 else version
+        start.settle(self._mark_running(keys=start.keys, args=start.args))
+        return start
 
     def pending_start(
         self,
@@ -305,10 +328,28 @@ class RedisRunState(OutboxState, RepairState):
         )
         field = reservation_field(worker_id, self.run_id) if release_slot else ""
         self.start_next = PendingStart(
-            [self.meta, self.nodes, self.history, *self.reservations],
-            [status, task_id, history_line, MAX_EVENTS, self.ttl_s, field, *nodes],
+            [self.meta, self.nodes, self.history, *self.reservations, self.results],
+            [
+                status,
+                task_id,
+                history_line,
+                MAX_EVENTS,
+                self.ttl_s,
+                field,
+                f"a:{bid}:{epoch}",
+                *nodes,
+            ],
         )
         return self.start_next
+
+    def is_current(self, node_id: str, epoch: int, attempt: int) -> bool:
+        """Whether ``attempt`` still is the node's current execution (fencing): a
+        stale one's failure must not fail the run either."""
+        if not attempt:
+            return True
+        raw = self.client.hget(self.nodes, node_id)
+        status = json.loads(raw) if raw else {}
+        return bool(status.get("attempt") == attempt and status.get("epoch") == epoch)
 
     def transfer_arrived(
         self,

@@ -52,6 +52,8 @@ class LeafResult:
     label: str | None = None
     handoff: str | None = None
     worker_id: str = "local"
+    #: The execution's fencing token (``mark_running``); 0 where nothing is fenced.
+    attempt: int = 0
     started_at: float = 0.0
     ended_at: float = 0.0
 
@@ -59,13 +61,16 @@ class LeafResult:
 def node_done(result: LeafResult, node_id: str, epoch: int) -> dict[str, Any]:
     """A finished node's status: its own times when the task measured them."""
     started, ended = result.node_times.get(node_id, (result.started_at, result.ended_at))
-    return {
+    done = {
         "state": DONE,
         "worker": result.worker_id,
         "epoch": epoch,
         "started_at": started,
         "ended_at": ended,
     }
+    if result.attempt:
+        done["attempt"] = result.attempt  # the attempt that won (fencing)
+    return done
 
 
 class RunState(Protocol):

@@ -28,6 +28,22 @@ class PendingStart:
     sent: bool = False
     #: The run's distribution version; None when the block must not run.
     version: int | None = None
+    #: This execution's fencing token: its values' keys and its record carry it.
+    attempt: int = 0
+    #: The block's status when this very task had started before (JSON): the
+    #: earlier execution of this message died (runtime/recovery/deaths.py).
+    previous: str | None = None
+
+    def settle(self, reply: Any) -> None:
+        """Take ``mark_running``'s answer: -1 (do not run) or [version, attempt, previous]."""
+        self.sent = True
+        if not isinstance(reply, list):
+            self.version = None
+            return
+        version, attempt, previous = reply
+        self.version, self.attempt = int(version), int(attempt)
+        if previous:
+            self.previous = previous.decode() if isinstance(previous, bytes) else str(previous)
 
 
 def send_with_start(
@@ -75,8 +91,7 @@ def _settle(start: PendingStart, reply: Any, mark: Script) -> None:
     if isinstance(reply, NoScriptError):
         reply = mark(keys=start.keys, args=start.args)
     if not isinstance(reply, Exception):  # else the block marks itself when it runs
-        start.sent = True
-        start.version = None if int(reply) < 0 else int(reply)
+        start.settle(reply)
 
 
 def _sha(script: Script) -> str:

@@ -45,9 +45,15 @@ _FINISHED_BEFORE = "__somatize_finished__"
 class ValueStore(Protocol):
     """Where node outputs go: the artifact store, or memory for local runs."""
 
-    def put_value(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]: ...
+    def put_value(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
+        """Store an output under its own key for ``attempt`` (fencing)."""
+        ...
 
-    def put_shared(self, run_id: str, node_id: str, epoch: int, value: Any) -> dict[str, Any]:
+    def put_shared(
+        self, run_id: str, node_id: str, epoch: int, value: Any, attempt: int = 0
+    ) -> dict[str, Any]:
         """Like ``put_value``, but readable by every worker (a fitted state)."""
         ...
 
@@ -73,16 +79,21 @@ def run_block(
     store: ValueStore,
     catalog: Catalog,
     worker_id: str,
+    attempt: int = 0,
 ) -> LeafResult:
-    """Run the block's nodes on its input; store each output; report the result."""
+    """Run the block's nodes on its input; store each output; report the result.
+
+    ``attempt`` is this execution's fencing token (from ``mark_running``): every
+    value it writes goes under a key of its own, and its record holds only if it
+    is still the block's current attempt."""
     started = time.time()
-    run = _BlockRun(program, block, run_id, epoch, input_expr, store)
+    run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt)
     nodes = block.task_node_ids()
     bound = {
         n: BoundNode(resolve_entry(program, n, catalog, worker_id), program.params.get(n))
         for n in nodes
     }
-    result = LeafResult(output={}, worker_id=worker_id, started_at=started)
+    result = LeafResult(output={}, worker_id=worker_id, started_at=started, attempt=attempt)
     node = block.node
     if isinstance(node, Stream):
         run.stream(nodes, bound, node.chunk_size)
@@ -139,9 +150,10 @@ class _BlockRun:
         epoch: int,
         input_expr: Expr,
         store: ValueStore,
+        attempt: int = 0,
     ) -> None:
         self.program = program
-        self.run_id, self.epoch = run_id, epoch
+        self.run_id, self.epoch, self.attempt = run_id, epoch, attempt
         self.store = store
         self.input_expr = input_expr
         self.first = block.task_node_ids()[0]
@@ -170,7 +182,7 @@ class _BlockRun:
         return materialize(expr, self._fetch)
 
     def _fetch(self, ref: dict[str, Any]) -> Any:
-        key = f"{ref.get('node_id')}#{ref.get('iteration', 0)}"
+        key = f"{ref.get('node_id')}#{ref.get('iteration', 0)}#{ref.get('attempt', 0)}"
         if key not in self._memo:
             self._memo[key] = self.store.get_value(ref)
         return self._memo[key]
@@ -234,13 +246,15 @@ class _BlockRun:
         """Store an output; one that can be the run's output goes to the shared store
         at once, so it outlives this worker (``Program.final_nodes``)."""
         put = self.store.put_shared if node_id in self.program.final_nodes else self.store.put_value
-        return ref_expr(put(self.run_id, node_id, self.epoch, value))
+        return ref_expr(put(self.run_id, node_id, self.epoch, value, self.attempt))
 
     def keep(self, node_id: str, expr: Expr) -> None:
         self.outputs[node_id] = expr
 
     def keep_state(self, node_id: str, state: Any) -> None:
-        ref = self.store.put_shared(self.run_id, STATE_PREFIX + node_id, self.epoch, state)
+        ref = self.store.put_shared(
+            self.run_id, STATE_PREFIX + node_id, self.epoch, state, self.attempt
+        )
         self.states[node_id] = ref_expr(ref)
 
     def labels(self) -> Any:

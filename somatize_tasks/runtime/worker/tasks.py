@@ -39,7 +39,7 @@ from somatize_tasks.runtime.engine.context import RunContext, run_context
 from somatize_tasks.runtime.engine.dispatch import CeleryDispatcher
 from somatize_tasks.runtime.engine.engine import Engine
 from somatize_tasks.runtime.engine.transfer_chains import transfer_record
-from somatize_tasks.runtime.recovery.deaths import fail_for_deaths, poisoned_redelivery
+from somatize_tasks.runtime.recovery.deaths import fail_for_deaths, restart_is_death
 from somatize_tasks.runtime.recovery.outage import through_redis_outages
 from somatize_tasks.runtime.recovery.recompute import finish_recompute
 from somatize_tasks.runtime.state import history
@@ -72,14 +72,19 @@ def execute_block(
     *,
     started: PendingStart | None = None,
     ahead: tuple[int, int] | None = None,
-    redelivered: bool = False,
+    first_try: bool = True,
 ) -> PendingStart | None:
     """Run one block here and advance its run; a failure fails the run and re-raises.
 
     In a batch, ``ahead`` is the next block (block, pass): its start rides in this
     block's record (:mod:`~somatize_tasks.runtime.state.starts`) and is returned, to be
-    passed to it as ``started``. ``redelivered``: the broker gave this message
-    back after the process running it died (first attempt only; runtime.deaths).
+    passed to it as ``started``. ``first_try``: False when this is done again after a
+    Redis outage (its own earlier start is then no death; runtime.deaths).
+
+    Fencing: the start hands this execution an attempt number; its values go under
+    keys of their own and its record holds only while that attempt is the block's
+    current one. A fenced execution (the block ran again elsewhere meanwhile) stops
+    here, saying so in one log line: its values are never referenced.
     """
     found = _engine(context, run_id)
     if found is None:
@@ -89,17 +94,9 @@ def execute_block(
     nodes = block.task_node_ids()
     state = dispatcher.state
     state.owner = (context.worker_id, task_id)  # in its completion's intent (runtime.outbox)
-    if started is not None and started.sent:
-        version = started.version
-    else:
-        poisoned = redelivered and poisoned_redelivery(
-            state, engine.program, block, task_id, context.settings.max_node_deaths
-        )
-        if poisoned:  # it killed the process running it too often (runtime.deaths)
-            fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
-            return None
+    if started is None or not started.sent:
         # Starting gives back a slot the run reserved here: the heartbeat counts it now.
-        version = state.mark_running(
+        started = state.start_block(
             nodes,
             context.worker_id,
             bid,
@@ -108,12 +105,23 @@ def execute_block(
             history.start_line(context.worker_id, nodes, epoch),
             release_slot=True,
         )
+    version = started.version
     if version is None:
         log.info("run %s: %s already done, re-dispatched or the run ended; skipping", run_id, nodes)
         return None
+    if started.previous is not None and first_try:
+        # This very task had started before and never finished: that execution died
+        # (counted from the run's own records, never from a broker flag; runtime.deaths).
+        poisoned = restart_is_death(
+            state, engine.program, block, started.previous, context.settings.max_node_deaths
+        )
+        if poisoned:  # it killed the process running it too often
+            fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
+            return None
     if version != engine.program.version:
         engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
+    attempt = started.attempt
     try:
         result = run_block(
             engine.program,
@@ -124,8 +132,12 @@ def execute_block(
             store=context.values,
             catalog=default_catalog,
             worker_id=context.worker_id,
+            attempt=attempt,
         )
     except Exception as exc:
+        if not state.is_current(nodes[0], epoch, attempt):
+            _say_fenced(run_id, nodes, epoch, attempt, "its failure is ignored")
+            return None
         history.record_failure(context.history_log(), run_id, nodes, epoch, exc)
         engine.node_failed(block, epoch, exc, context.worker_id)
         raise
@@ -145,10 +157,26 @@ def execute_block(
             release_slot=True,
         )
     if not engine.leaf_done(bid, epoch, result):
-        # Already recorded: either a duplicate (dropped) or a recomputation the
-        # reaper asked for, whose new outputs go to the blocks waiting for them.
-        finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
+        if state.fenced:
+            _say_fenced(run_id, nodes, epoch, attempt, "its values are dropped")
+        else:
+            # Already recorded: either a duplicate (dropped) or a recomputation the
+            # reaper asked for, whose new outputs go to the blocks waiting for them.
+            finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
     return following if following is not None and following.sent else None
+
+
+def _say_fenced(run_id: str, nodes: list[str], epoch: int, attempt: int, what: str) -> None:
+    """The one line a fenced execution leaves: its node ran again since it started."""
+    log.warning(
+        "run %s: %s (pass %d) attempt %d is fenced: the node was dispatched again while "
+        "this worker ran it (a pause, a partition or a replay); %s and nothing follows it",
+        run_id,
+        "+".join(nodes),
+        epoch,
+        attempt,
+        what,
+    )
 
 
 @shared_task(bind=True, name=NODE_TASK, ignore_result=True, acks_late=True)
@@ -165,15 +193,15 @@ def run_node(
     trip that reads the run's program when this process has not compiled it yet."""
     context = run_context(self.app, settings_of(self.app))
     task_id = self.request.id or ""
-    first = [_redelivered(self)]  # a redo after a Redis outage is no redelivery
+    first = [True]  # a redo after a Redis outage restarts its own start: no death
 
     def attempt() -> None:
-        redelivered = bool(first and first.pop())
+        first_try = bool(first and first.pop())
         started = None
-        if nodes and not redelivered and isinstance(nodes, list):
+        if nodes and isinstance(nodes, list):
             started = _start_reading(context, run_id, block, epoch, task_id, nodes)
         execute_block(
-            context, run_id, block, epoch, input, task_id, started=started, redelivered=redelivered
+            context, run_id, block, epoch, input, task_id, started=started, first_try=first_try
         )
 
     _retrying(context, f"run {run_id} block {block}", attempt)
@@ -199,11 +227,6 @@ def _start_reading(
     return start
 
 
-def _redelivered(task: Task[Any, Any]) -> bool:
-    """The broker gave this message back after its process died (runtime.deaths)."""
-    return bool((task.request.delivery_info or {}).get("redelivered"))
-
-
 def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
     return through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
 
@@ -215,14 +238,13 @@ def _run_batched(
     block: list[Any],
     started: PendingStart | None,
     ahead: tuple[int, int] | None,
-    redelivered: bool,
 ) -> PendingStart | None:
     """One block of a batch, done again after a Redis outage. Only the first
     attempt uses the start that rode in the previous block's record: a redo
     marks the block running itself."""
     bid, epoch, input_expr = int(block[0]), int(block[1]), block[2]
     handed = [started]
-    first = [redelivered]
+    first = [True]
 
     def attempt() -> PendingStart | None:
         return execute_block(
@@ -234,7 +256,7 @@ def _run_batched(
             task_id,
             started=handed.pop() if handed else None,
             ahead=ahead,
-            redelivered=bool(first and first.pop()),
+            first_try=bool(first and first.pop()),
         )
 
     return _retrying(context, f"run {run_id} block {bid}", attempt)
@@ -253,9 +275,7 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
         if position + 1 < len(blocks):
             ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            started = _run_batched(
-                context, run_id, task_id, block, started, ahead, _redelivered(self)
-            )
+            started = _run_batched(context, run_id, task_id, block, started, ahead)
         except Exception as exc:
             started = None
             first_error = first_error or exc
