@@ -274,3 +274,7 @@ class RunStateLostError(RunError):
 
 class RunTimeoutError(RunError, TimeoutError):
     """``wait(timeout=...)`` ran out before the run ended."""
+
+
+class RunStateTamperedError(RunError):
+    """A value in a run's Redis state fails its MAC: written by someone without the key."""

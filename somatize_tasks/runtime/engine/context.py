@@ -24,10 +24,12 @@ from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.lua import script
 from somatize_tasks.messaging.celery_app import create_app
+from somatize_tasks.messaging.signing import verification_keys
 from somatize_tasks.runtime.compile.program import Program, compile_program
 from somatize_tasks.runtime.state.history import HistoryLog
 from somatize_tasks.runtime.state.packing import unpack
 from somatize_tasks.runtime.state.redis_state import RedisRunState
+from somatize_tasks.runtime.state.seal import state_keys
 from somatize_tasks.runtime.state.starts import PendingStart, read_with_start
 from somatize_tasks.store import ArtifactRef, ArtifactStore
 from somatize_tasks.transfer import store_for
@@ -92,7 +94,13 @@ class RunContext:
         return ArtifactValues(self.store)
 
     def state(self, run_id: str) -> RedisRunState:
-        return RedisRunState(self.redis, self.keys, run_id, self.settings.run_ttl_s)
+        return RedisRunState(
+            self.redis,
+            self.keys,
+            run_id,
+            self.settings.run_ttl_s,
+            state_keys(verification_keys(self.settings)),
+        )
 
     def history_log(self) -> HistoryLog:
         """Where this process writes run events that no state script writes."""

@@ -242,7 +242,7 @@ class PlanRun:
     ) -> Any:
         if status == DONE:
             reader = OutputReader(self._context, self.id, deadline)
-            return reader.read(json.loads(output)) if output else None
+            return reader.read(self._state.seal.open("output", output)) if output else None
         if status == FAILED:
             detail = json.loads(error) if error else {}
             raise ERRORS_BY_KIND.get(str(detail.get("type")), NodeFailedError)(self.id, detail)

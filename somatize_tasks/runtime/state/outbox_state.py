@@ -24,6 +24,7 @@ from typing import Any
 from redis import Redis
 
 from somatize_tasks.runtime.compile.values import Expr
+from somatize_tasks.runtime.state.seal import Seal
 
 INTENT = "c:"
 
@@ -40,6 +41,7 @@ class OutboxState:
     outbox: str
     results: str
     ttl_s: int
+    seal: Seal
     #: The intent this process's completion left and its follow-up has not cleared yet.
     intent: str | None = None
     #: (worker id, task id) of the task completing blocks here; written into its
@@ -73,7 +75,10 @@ class OutboxState:
             name = field.decode()
             if name.startswith(INTENT) == bool(kind):
                 bid, epoch = name.removeprefix(INTENT).split(":")
-                found[int(bid), int(epoch)] = json.loads(value)
+                entry = json.loads(value)
+                if kind and isinstance(entry.get("o"), dict):
+                    entry["o"] = self.seal.open(f"intent:{bid}:{epoch}", json.dumps(entry["o"]))
+                found[int(bid), int(epoch)] = entry
         return found
 
     # --- completion intents ----------------------------------------------------------
@@ -82,6 +87,8 @@ class OutboxState:
         """The two script arguments that leave an intent; remembered to clear later."""
         self.intent = f"{INTENT}{bid}:{epoch}"
         owner = {"w": self.owner[0], "t": self.owner[1]} if self.owner else {}
+        if follow_up.get("o") is not None:  # the output the redo hands on: sealed
+            follow_up["o"] = json.loads(self.seal.close(f"intent:{bid}:{epoch}", follow_up["o"]))
         return [self.intent, compact_json({"at": time.time(), **owner, **follow_up})]
 
     def _clear_intent(self, pipe: Any) -> None:
@@ -107,5 +114,10 @@ class OutboxState:
         if total is None or int(left or 0) != 0:
             return None
         raw = self.client.hmget(self.results, [f"j:{bid}:{epoch}:{i}" for i in range(int(total))])
-        slots = [dict(json.loads(value)) for value in raw if value is not None]
-        return slots if len(slots) == len(raw) else None
+        if any(value is None for value in raw):
+            return None
+        return self._slots(bid, epoch, [value for value in raw if value is not None])
+
+    def _slots(self, bid: int, epoch: int, raw: list[bytes]) -> list[Expr]:
+        """A join's branch outputs, each MAC checked (runtime/state/seal.py)."""
+        return [self.seal.open(f"j:{bid}:{epoch}:{i}", value) for i, value in enumerate(raw)]

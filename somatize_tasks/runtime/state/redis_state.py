@@ -33,6 +33,7 @@ from somatize_tasks.runtime.state.history import MAX_EVENTS, history_key
 from somatize_tasks.runtime.state.outbox_state import OutboxState, compact_json
 from somatize_tasks.runtime.state.repair_state import RepairState
 from somatize_tasks.runtime.state.run_state import FINAL_STATES, RUNNING, LeafResult, node_done
+from somatize_tasks.runtime.state.seal import Seal
 from somatize_tasks.runtime.state.starts import PendingStart, send_with_start
 from somatize_tasks.workers.reservations import reservation_field, reservation_keys
 
@@ -40,9 +41,18 @@ from somatize_tasks.workers.reservations import reservation_field, reservation_k
 class RedisRunState(OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
 
-    def __init__(self, client: Redis[bytes], keys: RedisKeys, run_id: str, ttl_s: int) -> None:
+    def __init__(
+        self,
+        client: Redis[bytes],
+        keys: RedisKeys,
+        run_id: str,
+        ttl_s: int,
+        seal_keys: list[bytes] | None = None,
+    ) -> None:
         self.client = client
         self.run_id = run_id
+        #: MACs on the values that decide a result (runtime/state/seal.py).
+        self.seal = Seal(seal_keys or [], run_id)
         self.ttl_s = ttl_s
         self.meta = keys.run(run_id)
         self.results = keys.run(run_id, "results")
@@ -124,7 +134,7 @@ class RedisRunState(OutboxState, RepairState):
             ],
         )
         if isinstance(found, list):
-            return True, [dict(json.loads(raw)) for raw in found]
+            return True, self._slots(parallel, epoch, found)
         self.intent = None  # left only by the branch that completed the join
         self.fenced = int(found) < 0
         return int(found) == 1, None
@@ -157,13 +167,13 @@ class RedisRunState(OutboxState, RepairState):
             args += [f"s:{node_id}", verdict]
         args.append(len(result.node_outputs))
         for node_id, expr in result.node_outputs.items():
-            args += [node_id, compact_json(expr)]
+            args += [node_id, self.seal.close(f"latest:{node_id}", expr)]
         args.append(len(nodes))
         for node_id in nodes:
             args += [node_id, compact_json(node_done(result, node_id, epoch))]
         args.append(len(result.states))
         for node_id, expr in result.states.items():
-            args += [node_id, compact_json(expr)]
+            args += [node_id, self.seal.close(f"state:{node_id}", expr)]
         args += [len(result.history), *result.history, MAX_EVENTS]
         return args
 
@@ -171,7 +181,7 @@ class RedisRunState(OutboxState, RepairState):
         prefix = f"j:{bid}:{epoch}:"
         return [
             f"{prefix}{position}",
-            compact_json(expr),
+            self.seal.close(f"{prefix}{position}", expr),
             f"jn:{bid}:{epoch}",
             f"jt:{bid}:{epoch}",
             prefix,
@@ -182,11 +192,13 @@ class RedisRunState(OutboxState, RepairState):
         if not node_ids:
             return {}
         raw = self.client.hmget(self.latest_outputs, node_ids)
-        return {n: dict(json.loads(v)) for n, v in zip(node_ids, raw, strict=True) if v}
+        return {
+            n: self.seal.open(f"latest:{n}", v) for n, v in zip(node_ids, raw, strict=True) if v
+        }
 
     def set_latest(self, node_id: str, expr: Expr) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(self.latest_outputs, node_id, compact_json(expr))
+        pipe.hset(self.latest_outputs, node_id, self.seal.close(f"latest:{node_id}", expr))
         pipe.expire(self.latest_outputs, self.ttl_s)
         pipe.execute()
 
@@ -203,16 +215,16 @@ class RedisRunState(OutboxState, RepairState):
     def fitted_states(self) -> dict[str, Expr]:
         """The states this run's fit learned, by node (refs into the store)."""
         raw = self.client.hgetall(self.states)
-        return {k.decode(): dict(json.loads(v)) for k, v in raw.items()}
+        return {k.decode(): self.seal.open(f"state:{k.decode()}", v) for k, v in raw.items()}
 
     def save_input(self, bid: int, epoch: int, expr: Expr) -> None:
-        self._working({f"i:{bid}:{epoch}": compact_json(expr)})
+        self._working({f"i:{bid}:{epoch}": self.seal.close(f"i:{bid}:{epoch}", expr)})
 
     def load_input(self, bid: int, epoch: int) -> Expr:
         raw = self.client.hget(self.results, f"i:{bid}:{epoch}")
         if raw is None:
             raise LookupError(f"run {self.run_id}: no saved input for block {bid} pass {epoch}")
-        return dict(json.loads(raw))
+        return self.seal.open(f"i:{bid}:{epoch}", raw)
 
     def open_join(self, bid: int, epoch: int, expected: int) -> None:
         self._working({f"jn:{bid}:{epoch}": expected, f"jt:{bid}:{epoch}": expected})
@@ -225,7 +237,7 @@ class RedisRunState(OutboxState, RepairState):
         if not found:
             self.intent = None  # the join dropped it: nothing follows this completion
             return None
-        return [dict(json.loads(raw)) for raw in found]
+        return self._slots(bid, epoch, found)
 
     def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
         info = compact_json([loop_bid, outer_epoch, pass_number])
@@ -381,7 +393,7 @@ class RedisRunState(OutboxState, RepairState):
     ) -> bool:
         field, value = ("", "")
         if output is not None:
-            field, value = "output", compact_json(output)
+            field, value = "output", self.seal.close("output", output)
         elif error is not None:
             field, value = "error", compact_json(error)
         args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
@@ -438,7 +450,7 @@ class RedisRunState(OutboxState, RepairState):
         With ``pipe`` the writes join that pipeline, which the caller executes."""
         own = pipe is None
         pipe = self.client.pipeline() if own else pipe
-        pipe.hset(self.results, f"i:{bid}:{epoch}", compact_json(input_expr))
+        pipe.hset(self.results, f"i:{bid}:{epoch}", self.seal.close(f"i:{bid}:{epoch}", input_expr))
         if missing:
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:  # the TTL too: the run may have ended and folded the list

@@ -17,6 +17,7 @@ from redis.commands.core import Script
 from somatize_tasks.runtime.compile.values import Expr
 from somatize_tasks.runtime.state.outbox_state import compact_json
 from somatize_tasks.runtime.state.packing import pack
+from somatize_tasks.runtime.state.seal import Seal
 
 
 class RepairState:
@@ -26,6 +27,7 @@ class RepairState:
     meta: str
     results: str
     latest_outputs: str
+    seal: Seal
     ttl_s: int
     _replace_latest: Script
 
@@ -60,7 +62,11 @@ class RepairState:
         pipe.hget(self.results, f"rw:{bid}:{epoch}")
         pipe.hdel(self.results, f"rw:{bid}:{epoch}")
         waiting = json.loads(pipe.execute()[0] or b"[]")
-        pairs = [x for node_id, expr in outputs.items() for x in (node_id, compact_json(expr))]
+        pairs = [
+            x
+            for node_id, expr in outputs.items()
+            for x in (node_id, self.seal.close(f"latest:{node_id}", expr))
+        ]
         if pairs:
             self._replace_latest(keys=[self.latest_outputs], args=[str(epoch), *pairs])
         return [(int(b), int(e)) for b, e in waiting]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,11 @@ def paused_round(
     if not late:
         output = run.wait(timeout=90)
     time.sleep(4.0)  # the resumed worker finishes its stale copy
-    return output, run.result("fence_draw"), run.result("fence_use"), victim
+    # Read back as a new process would: a cache of its own, so every value comes from
+    # the store (S3, the shared directory, RAM) and not from this handle's first read.
+    reader = PlanRun.attach(run.id, settings.model_copy(update={"worker_id": uuid.uuid4().hex}))
+    assert reader.wait(timeout=30) == output
+    return output, reader.result("fence_draw"), reader.result("fence_use"), victim
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
