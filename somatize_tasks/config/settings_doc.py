@@ -86,6 +86,10 @@ message_key: shared secret (16+ characters) that signs every task message; worke
     refuse unsigned or badly signed messages. Set the same key on producers and workers
     ([reliability](reliability.md#signed-messages))
 message_keys_previous: older keys a worker still accepts (never signs with), for rotating the key
+message_ttl_s: how long a signed task message may wait in its queue before workers refuse it;
+    its id is kept in Redis that long so a replayed copy is refused (one small key a message)
+control_ttl_s: how long a signed remote-control command (shutdown, revoke) stays valid; a worker
+    acts on each one once, and on none after this ([reliability](reliability.md#signed-messages))
 run_ttl_s: how long a finished run's state stays in Redis; its files, Celery results and index
     entry go with it (`run.forget()` drops them at once)
 gc_interval_s: how often workers sweep their caches and the elected reaper collects expired runs

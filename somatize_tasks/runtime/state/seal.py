@@ -4,7 +4,9 @@ With ``SOMATIZE_MESSAGE_KEY`` set, every value expression of a run's state that
 decides a result carries ``"mac"``: HMAC-SHA256, under a key derived from the
 message key, over the run id, where the value sits (``latest:<node>``,
 ``j:<block>:<pass>:<slot>``, ``i:<block>:<pass>``, ``state:<node>``, ``output``,
-``intent:<block>:<pass>``) and the expression's JSON. The refs inside an
+``intent:<block>:<pass>``) and the expression's JSON; one MAC per key the
+writer knows (current and previous), so a producer still on the previous key
+during a rotation reads what workers on the new one wrote. The refs inside an
 expression carry each value's attempt (fencing), its inline bytes, and its store
 key, so the MAC covers the recorded winner too. Every reader opens a value
 through :meth:`Seal.open`: one without a valid MAC raises
@@ -63,7 +65,8 @@ class Seal:
         if not self.keys or not text.endswith("}"):
             return text
         joint = "," if len(text) > 2 else ""
-        return f'{text[:-1]}{joint}"{MAC}":"{self._mac(self.keys[0], where, text)}"}}'
+        macs = ".".join(self._mac(key, where, text) for key in self.keys)
+        return f'{text[:-1]}{joint}"{MAC}":"{macs}"}}'
 
     def open(self, where: str, raw: bytes | str) -> dict[str, Any]:
         """The expression stored at ``where``, its MAC checked (and dropped)."""
@@ -73,7 +76,9 @@ class Seal:
             return found
         text = compact(found)
         if isinstance(given, str) and any(
-            hmac.compare_digest(given, self._mac(key, where, text)) for key in self.keys
+            hmac.compare_digest(mac, self._mac(key, where, text))
+            for mac in given.split(".")
+            for key in self.keys
         ):
             return found
         raise RunStateTamperedError(

@@ -8,6 +8,7 @@ None of it may re-run a node, count as a node death, or stop a worker.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import time
@@ -20,6 +21,7 @@ from pydantic import SecretStr
 from redis import Redis
 
 from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import RunStateTamperedError
 from somatize_tasks.messaging.celery_app import create_app
 from somatize_tasks.runtime.producer.handle import PlanRun
 from somatize_tasks.runtime.producer.submit import submit_plan
@@ -192,3 +194,37 @@ def test_a_replayed_shutdown_does_nothing(
     assert again.proc.poll() is None, again.log()[-2000:]
     refused = [line for line in again.log().splitlines() if "refused control command" in line]
     assert len(refused) == 3 and all("shutdown" in line for line in refused), refused
+
+
+def test_a_forged_value_written_into_the_run_state_is_never_returned(
+    signed: Settings, worker: WorkerProcess
+) -> None:
+    """A Redis writer without the key sets the run's output and a node's latest value
+    to values of its choosing (inline refs and literals): refused, never returned."""
+    run = submit_plan(
+        seq(ex("fence_draw"), ex("fence_use")),
+        params={"fence_draw": {"s": 0.5}},
+        settings=signed,
+        require_workers=True,
+    )
+    genuine = run.wait(timeout=60)
+    client = Redis.from_url(signed.redis_url)
+    meta = f"{signed.key_prefix}:run:{run.id}"
+    forged_ref = {
+        "ref": {
+            "run_id": run.id,
+            "node_id": "fence_use",
+            "codec": "json",
+            "size": 8,
+            "inline": base64.b64encode(b'"FORGED"').decode(),
+        }
+    }
+    for forged in (forged_ref, {"value": "FORGED"}, {**forged_ref, "mac": "0" * 32}):
+        client.hset(meta, "output", json.dumps(forged))
+        client.hset(f"{meta}:latest", "fence_draw", json.dumps(forged))
+        fresh = PlanRun.attach(run.id, signed)
+        with pytest.raises(RunStateTamperedError, match="output"):
+            fresh.wait(timeout=10)
+        with pytest.raises(RunStateTamperedError, match="latest:fence_draw"):
+            fresh.result("fence_draw")
+    assert genuine != "FORGED"
