@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from somatize_tasks.config.settings import Settings
+from somatize_tasks.errors import NodeFailedError
 from somatize_tasks.runtime.producer.submit import submit_plan
 from testkit.plans import ex, remote, seq
 from testkit.workers import REPO, WorkerFactory
@@ -56,6 +57,14 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=NodeFailedError,
+    reason="fencing changed the wire: a value a fenced execution writes has a key of its "
+    "own, named by an ``attempt`` field in its ArtifactRef, which a worker from before "
+    "fencing refuses (its refs forbid unknown fields), so it fails the run, naming the "
+    "field, when it reads such a value. Mixed-version runs need every worker upgraded.",
+)
 def test_an_old_layout_worker_and_a_new_one_share_a_run(
     old_tree: Path, worker_factory: WorkerFactory, settings: Settings
 ) -> None:
