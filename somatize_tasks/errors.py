@@ -8,6 +8,9 @@
     │   ├── DuplicateNodeError      two different callables claim one name (ValueError)
     │   └── NodeParamsError         a run's parameters do not fit the node (TypeError)
     ├── PlanInputError              params or ops do not fit the plan (ValueError)
+    ├── PlanBuildError              a plan built in Python is malformed (ValueError)
+    ├── BundleError                 a Soma checkpoint bundle cannot be read or run (ValueError)
+    │   └── ModuleNotAllowedError   a class_path outside SOMATIZE_ALLOWED_MODULES
     ├── ControlFlowError            a node's output cannot steer the plan (ValueError)
     ├── RunModeError                mode, y and states_from do not fit (ValueError)
     ├── StatesError                 states to run forward with cannot be read (ValueError)
@@ -118,6 +121,18 @@ class NodeParamsError(CatalogError, TypeError):
 
 class PlanInputError(SomatizeError, ValueError):
     """``params`` or ``ops`` are malformed or name a node the plan does not have."""
+
+
+class PlanBuildError(SomatizeError, ValueError):
+    """A plan built with :mod:`somatize_tasks.authoring` cannot be written."""
+
+
+class BundleError(SomatizeError, ValueError):
+    """A Soma checkpoint bundle (``Graph.save``'s zip) cannot be read, written or run."""
+
+
+class ModuleNotAllowedError(BundleError, CatalogError):
+    """A node's ``class_path`` is outside the module prefixes this process allows."""
 
 
 class CodecError(SomatizeError, TypeError):

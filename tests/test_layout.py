@@ -28,6 +28,7 @@ LAYERS = (
     "somatize_tasks.lua",
     "somatize_tasks.messaging",
     "somatize_tasks.catalog",
+    "somatize_tasks.authoring",
     "somatize_tasks.examples",
     "somatize_tasks.store",
     "somatize_tasks.transfer",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from somatize_tasks.errors import (
 )
 
 T = TypeVar("T")
+#: Soma's numbering of a repeated node: ``double_2`` is the second ``double``.
+_SOMA_NUMBER = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 EntryKind = Literal["function", "filter"]
 StreamMode = Literal["fixed_state", "evolving", "barrier"]
 _STREAM_MODES: dict[str, StreamMode] = {
@@ -133,6 +136,12 @@ class Catalog:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def name_of(self, target: Any) -> str | None:
+        """The name ``target`` (a registered function or class) is registered under."""
+        with self._lock:
+            entries = list(self._entries.values())
+        return next((e.name for e in entries if e.target is target), None)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -141,6 +150,20 @@ class Catalog:
 
 
 default_catalog = Catalog()
+
+
+def catalog_names(node_id: str, ops: Mapping[str, str]) -> list[str]:
+    """Catalog names to try for plan node ``node_id``, best first.
+
+    An explicit ``ops`` entry wins. Otherwise the node id itself, then
+    Soma's numbering of repeated filters: ``double_2`` is the second
+    ``double``, so it runs ``double`` unless the catalog has ``double_2``.
+    """
+    explicit = ops.get(node_id)
+    if explicit is not None:
+        return [explicit]
+    match = _SOMA_NUMBER.match(node_id)
+    return [node_id, match.group("base")] if match else [node_id]
 
 
 @overload

@@ -24,9 +24,8 @@ from typing import Any
 from scheduler import ExecutionPlan
 from scheduler.errors import listing
 from scheduler.model.depth import check_value_depth
-from somatize_tasks.catalog.entries import Catalog, params_problem
+from somatize_tasks.catalog.entries import Catalog, catalog_names, params_problem
 from somatize_tasks.errors import NodeParamsError, PlanInputError
-from somatize_tasks.runtime.compile.program import catalog_names
 from somatize_tasks.store import key_part
 
 

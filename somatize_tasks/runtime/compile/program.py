@@ -14,7 +14,6 @@ process compiles a run's plan once and caches it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +28,12 @@ from scheduler import (
     Stream,
     exit_nodes,
 )
+from somatize_tasks.catalog.entries import catalog_names
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.fusion import apply_fusion, fusion_groups
 from somatize_tasks.runtime.compile.values import Expr
 
 FIT, FORWARD = "fit", "forward"
-_SOMA_NUMBER = re.compile(r"^(?P<base>.+)_(?P<n>\d+)$")
 
 
 @dataclass
@@ -133,15 +132,6 @@ class Program:
         ``double``, so it runs ``double`` unless the catalog has ``double_2``.
         """
         return catalog_names(node_id, self.ops)
-
-
-def catalog_names(node_id: str, ops: Mapping[str, str]) -> list[str]:
-    """Catalog names to try for ``node_id``, best first (see ``Program.op_candidates``)."""
-    explicit = ops.get(node_id)
-    if explicit is not None:
-        return [explicit]
-    match = _SOMA_NUMBER.match(node_id)
-    return [node_id, match.group("base")] if match else [node_id]
 
 
 def compile_program(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler import ExecutionPlan, PlanDocument, load_plan_document, plan_warnings
+from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
@@ -109,12 +110,15 @@ def run_local(
 ) -> LocalRunResult:
     """Run ``plan`` to the end in this process, with the same semantics as on workers.
 
+    ``plan`` is anything ``submit_plan`` takes (JSON, a document, a plan built in Python).
     ``mode`` is ``"fit"`` (with labels ``y``) or ``"forward"`` (with ``states``,
     node id to state); by default a run with states forwards and one without fits.
     ``deadline_s`` is checked between nodes (a node running here is not interrupted).
     """
     started = time.time()
-    document = load_plan_document(plan, predecessors)
+    parts = run_parts(plan, params, ops, catalog)
+    params, ops = parts.params, parts.ops
+    document = load_plan_document(parts.document, predecessors)
     check_run_inputs(document.plan, params, ops, default_catalog if catalog is None else catalog)
     store = MemoryValueStore()
     chosen = run_mode(document.plan, mode, states is not None, y is not None)

@@ -31,6 +31,7 @@ from scheduler import (
     schedule_study,
 )
 from scheduler.model.depth import check_value_depth
+from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
 from somatize_tasks.config.connections import reaching_redis
 from somatize_tasks.config.settings import Settings
@@ -108,7 +109,9 @@ def submit_plan(
     """Start ``plan`` on the live workers and return its handle at once.
 
     ``plan`` may be a bare plan or ``{"plan": ..., "predecessors": ...}``
-    (``predecessors`` here overrides the document's). ``params`` maps node
+    (``predecessors`` here overrides the document's), or a plan built in Python
+    (:mod:`somatize_tasks.authoring`), whose parameters and catalog names
+    ``params`` and ``ops`` update node by node. ``params`` maps node
     ids to keyword parameters, ``ops`` node ids to catalog names. ``mode``
     is ``"fit"`` (trainable Filters learn from ``input`` and labels ``y``;
     the run keeps their states) or ``"forward"`` (they use the states of
@@ -122,7 +125,9 @@ def submit_plan(
     ``SOMATIZE_MAX_NODE_DEATHS``.
     """
     limits = RunLimits(deadline_s, max_node_deaths)
-    document = check_request(plan, predecessors, input, params, ops, catalog)
+    parts = run_parts(plan, params, ops, catalog)
+    params, ops = parts.params, parts.ops
+    document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits)
