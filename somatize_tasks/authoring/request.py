@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from somatize_tasks.authoring.build import BuiltPlan, build
+from somatize_tasks.authoring.bundle import SomaBundle, is_bundle_path, read_soma_bundle
 from somatize_tasks.authoring.pieces import Piece
 from somatize_tasks.catalog.entries import Catalog
 
@@ -41,6 +42,16 @@ def run_parts(
     """Split ``plan`` into its document and the params, ops and states it carries."""
     if isinstance(plan, Piece):
         plan = build(plan, catalog=catalog)
+    if is_bundle_path(plan):
+        plan = read_soma_bundle(plan)
+    if isinstance(plan, SomaBundle):
+        built = plan.built()
+        return RunParts(
+            built.document,
+            merge_params(built.params, params),
+            {**built.ops, **(ops or {})},
+            dict(plan.states),
+        )
     if isinstance(plan, BuiltPlan):
         return RunParts(
             plan.document, merge_params(plan.params, params), {**plan.ops, **(ops or {})} or None

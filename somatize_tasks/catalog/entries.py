@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from scheduler.errors import listing
+from somatize_tasks.catalog.classes import import_class, parse_class_op
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import (
     CatalogError,
     DuplicateNodeError,
@@ -95,6 +97,9 @@ class Catalog:
 
     def __init__(self, worker_id: str | None = None) -> None:
         self.worker_id = worker_id
+        #: Module prefixes a ``class:`` name may import from (catalog.classes); None:
+        #: ``SOMATIZE_ALLOWED_MODULES`` read when first needed. A worker sets it at start.
+        self.allowed_modules: tuple[str, ...] | None = None
         self._entries: dict[str, CatalogEntry] = {}
         self._lock = threading.Lock()
 
@@ -132,6 +137,22 @@ class Catalog:
         if entry is None:
             raise UnknownNodeError.for_node(name, worker_id or self.worker_id, self.names())
         return entry
+
+    def resolve(self, name: str) -> CatalogEntry | None:
+        """The entry for ``name``, importing a ``class:`` name's class when its module is
+        allowed (:mod:`somatize_tasks.catalog.classes`); None when there is none."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            return entry
+        spec = parse_class_op(name)
+        if spec is None:
+            return None
+        return self.register(name, import_class(*spec, self._allowed()))
+
+    def _allowed(self) -> tuple[str, ...]:
+        if self.allowed_modules is None:
+            self.allowed_modules = tuple(Settings.from_env().allowed_modules)
+        return self.allowed_modules
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -1,5 +1,6 @@
 """Fit and forward on the command line: ``--mode``, ``--labels``, ``--states-from``,
-and ``somatize-tasks states export RUN_ID`` to keep a fit's states in a file.
+and ``somatize-tasks states export RUN_ID`` to keep a fit's states in a file
+(or, with ``--bundle model.zip``, in a Soma checkpoint bundle).
 
 ``--states-from`` takes a fit run's id or a states file (written by
 ``states export`` or by ``run --states-out``). Labels are a JSON file, or
@@ -17,8 +18,14 @@ import click
 import numpy as np
 
 from somatize_tasks.cli import main
-from somatize_tasks.cli.common import friendly_errors, load_json_file
+from somatize_tasks.cli.common import (
+    friendly_errors,
+    import_node_modules,
+    load_json_file,
+    split_modules,
+)
 from somatize_tasks.config.settings import Settings
+from somatize_tasks.runtime.producer.bundle_export import export_soma_bundle
 from somatize_tasks.runtime.producer.fitted_states import looks_like_file, read_bundle, write_bundle
 from somatize_tasks.runtime.producer.handle import PlanRun
 
@@ -99,10 +106,37 @@ def states_group() -> None:
     default=None,
     help="Where to write the states file (default: RUN_ID.states.json).",
 )
+@click.option(
+    "--bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a Soma checkpoint bundle (model.zip: topology and states) that Soma's "
+    "Graph.load reads, instead of a states file.",
+)
+@click.option(
+    "--nodes",
+    multiple=True,
+    metavar="MODULE[,MODULE]",
+    help="With --bundle: catalog modules that name the nodes' classes.",
+)
 @friendly_errors
-def export_states(run_id: str, output: Path | None) -> None:
-    """Write the states fit run RUN_ID learned to a states file (JSON, no pickle)."""
-    states = PlanRun.attach(run_id, Settings.from_env()).states()
+def export_states(
+    run_id: str, output: Path | None, bundle: Path | None, nodes: tuple[str, ...]
+) -> None:
+    """Write the states fit run RUN_ID learned to a states file (JSON, no pickle),
+    or with --bundle to a Soma checkpoint bundle."""
+    run = PlanRun.attach(run_id, Settings.from_env())
+    if bundle is not None:
+        if output is not None:
+            raise click.UsageError("-o and --bundle are alternatives; pick one")
+        import_node_modules(split_modules(nodes))
+        written = export_soma_bundle(run, bundle)
+        click.echo(
+            f"wrote a Soma bundle with the states of {len(written)} nodes "
+            f"({', '.join(sorted(written))}) to {bundle}"
+        )
+        return
+    states = run.states()
     if not states:
         raise click.ClickException(f"run {run_id} kept no states (was it run with --mode fit?)")
     target = output or Path(f"{run_id}.states.json")

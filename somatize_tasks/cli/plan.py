@@ -1,5 +1,8 @@
 """``somatize-tasks plan FILE``: place a plan on workers and show the result.
 
+FILE may also be a Soma checkpoint bundle (``model.zip``): its topology,
+compiled as Soma compiles it, is placed (give the workers with ``--workers``).
+
 FILE holds ``{"plan": ..., "workers": [...], "differentiable_nodes": [...],
 "predecessors": {...}}`` (a *schedule input*; ``predecessors`` is optional:
 the plan's data graph, whose edges the transfers then follow), or a plan
@@ -36,6 +39,7 @@ from scheduler import (
     load_workers,
     schedule,
 )
+from somatize_tasks.authoring.bundle import is_bundle_path, read_soma_bundle
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors, load_json_file
 
@@ -85,7 +89,10 @@ def plan_command(
     if (file is None) == (not example):
         raise click.UsageError("give a FILE or --example (not both)")
     try:
-        document = load_json_file(file, "plan") if file is not None else _example_document()
+        if file is not None and is_bundle_path(file):
+            document = read_soma_bundle(file).built().to_wire()
+        else:
+            document = load_json_file(file, "plan") if file is not None else _example_document()
         workers = load_json_file(workers_file, "workers") if workers_file else None
         given = _schedule_input(document, workers, file)
         result = schedule(

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from scheduler import DistributionPlan, PlacementError, WorkerInfo
+from somatize_tasks.authoring.bundle import is_bundle_path, read_soma_bundle
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import (
     friendly_errors,
@@ -90,7 +91,9 @@ def _cancel_on_second_interrupt(run: PlanRun, window_s: float = 2.0) -> None:
     raise SystemExit(130)
 
 
-plan_argument = click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False))
+plan_argument = click.argument(
+    "plan_file", metavar="PLAN.json|MODEL.zip", type=click.Path(dir_okay=False)
+)
 input_option = click.option(
     "--input",
     "input_file",
@@ -145,6 +148,8 @@ def _read_run_files(
         "params": _optional_json(params_file, "params"),
         "ops": _optional_json(ops_file, "ops"),
     }
+    if is_bundle_path(plan_file):
+        return read_soma_bundle(plan_file), inputs  # a Soma Graph.save bundle runs as it is
     return load_json_file(plan_file, "plan"), inputs
 
 
@@ -180,7 +185,8 @@ def submit(
     deadline_s: float | None,
     run_options: dict[str, Any],
 ) -> None:
-    """Submit PLAN.json to the live workers (a plan, or {"plan", "predecessors"})."""
+    """Submit PLAN.json to the live workers (a plan, or {"plan", "predecessors"}), or a
+    Soma checkpoint bundle MODEL.zip (run forward with its states)."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
     settings = Settings.from_env()
     with warnings.catch_warnings(record=True) as caught:
@@ -355,7 +361,8 @@ def run(
     deadline_s: float | None,
     run_options: dict[str, Any],
 ) -> None:
-    """Run PLAN.json here, in this process (no workers; Redis only for --states-from RUN_ID)."""
+    """Run PLAN.json (or a Soma bundle MODEL.zip) here, in this process (no workers;
+    Redis only for --states-from RUN_ID)."""
     plan, inputs = _read_run_files(plan_file, input_file, params_file, ops_file, nodes)
     states = local_states(run_options.pop("states_from"))
     result = run_local(plan, **inputs, **run_options, states=states, deadline_s=deadline_s)

@@ -65,6 +65,11 @@ def celery_argv(settings: Settings, extra: tuple[str, ...]) -> list[str]:
     help="Node slots advertised (default: the pool's concurrency).",
 )
 @click.option("--nodes", help="Comma-separated catalog modules to import at start.")
+@click.option(
+    "--allowed-modules",
+    help="Comma-separated module prefixes whose classes a Soma bundle may name "
+    "(SOMATIZE_ALLOWED_MODULES; default: none).",
+)
 @click.option("--gpu/--no-gpu", default=None, help="Force GPU presence (default: detect).")
 @click.option("--name", "worker_name", help="Readable name (default: <worker-id>@<host>).")
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)

@@ -140,13 +140,18 @@ class Settings(BaseSettings):
     max_concurrent: Annotated[int | None, Field(ge=1)] = None
     gpu: bool | None = None
     nodes: CommaList = Field(default_factory=list)
+    # Module prefixes whose classes a Soma bundle's class_path may name here
+    # (somatize_tasks/catalog/classes.py); empty: none.
+    allowed_modules: CommaList = Field(default_factory=list)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
         """Settings from ``SOMATIZE_*`` variables, with ``overrides`` taking precedence."""
         return cls(**overrides)
 
-    @field_validator("worker_tags", "nodes", "message_keys_previous", mode="before")
+    @field_validator(
+        "worker_tags", "nodes", "message_keys_previous", "allowed_modules", mode="before"
+    )
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         return _split_commas(value)

@@ -1,4 +1,4 @@
-"""How node outputs become bytes: JSON, NumPy ``.npy`` and raw bytes, plus registered codecs.
+"""How node outputs become bytes: JSON, NumPy ``.npy``/``.npz`` and bytes, plus registered codecs.
 
 A codec writes a value to a binary file object and reads it back, so large
 arrays stream to and from disk without a second in-memory copy. ``.npy``
@@ -6,11 +6,13 @@ is always written and read with ``allow_pickle=False``: an artifact can
 never execute code when it is loaded; an array read from a file (not
 inline) is memory-mapped read-only, so a large value is never copied. Codecs
 are tried most specific first: registered codecs, then bytes, then NumPy
-arrays, then JSON.
+arrays, then dicts holding NumPy arrays (``npz``: the arrays, and the
+other items as JSON beside them), then JSON.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +75,41 @@ def _map_npy(path: Path) -> Any:
     return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
+#: The entry of an ``npz`` value holding its non-array items, as JSON text.
+_NPZ_JSON = "__json__"
+
+
+def _npz_accepts(value: Any) -> bool:
+    """A dict of named arrays, maybe with JSON items beside them: a fitted state such as
+    a Soma bundle's safetensors tensors with their JSON remainder."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and _NPZ_JSON not in value
+        and all(isinstance(k, str) and k for k in value)
+        and any(_npy_accepts(v) for v in value.values())
+    )
+
+
+def _write_npz(value: dict[str, Any], fh: IO[bytes]) -> None:
+    arrays = {k: v for k, v in value.items() if _npy_accepts(v)}
+    rest = {k: v for k, v in value.items() if not _npy_accepts(v)}
+    if rest:
+        buffer = io.BytesIO()
+        _write_json(rest, buffer)
+        arrays[_NPZ_JSON] = np.array(buffer.getvalue().decode())
+    np.savez(fh, allow_pickle=False, **arrays)
+
+
+def _read_npz(fh: IO[bytes]) -> Any:
+    with np.load(fh, allow_pickle=False) as archive:
+        value: dict[str, Any] = {name: archive[name] for name in archive.files}
+    rest = value.pop(_NPZ_JSON, None)
+    if rest is not None:
+        value.update(json.loads(str(rest)))
+    return value
+
+
 def _bytes_accepts(value: Any) -> bool:
     return isinstance(value, bytes | bytearray | memoryview)
 
@@ -87,9 +124,10 @@ def _read_bytes(fh: IO[bytes]) -> Any:
 
 JSON = Codec("json", _json_accepts, _write_json, _read_json)
 NPY = Codec("npy", _npy_accepts, _write_npy, _read_npy, _map_npy)
+NPZ = Codec("npz", _npz_accepts, _write_npz, _read_npz)
 BYTES = Codec("bytes", _bytes_accepts, _write_bytes, _read_bytes)
 
-_BUILTIN = (BYTES, NPY, JSON)
+_BUILTIN = (BYTES, NPY, NPZ, JSON)
 _registered: list[Codec] = []
 
 

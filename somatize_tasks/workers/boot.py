@@ -53,19 +53,21 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     if str(instance.hostname).startswith("celery@"):
         instance.hostname = f"{settings.worker_id}@{socket.gethostname()}"
     default_catalog.worker_id = settings.worker_id
+    default_catalog.allowed_modules = tuple(settings.allowed_modules)
     # Partial files in this worker's own cache are a killed predecessor's: none is ours yet.
     sweep_temp_files(settings.cache_dir / key_part("worker id", settings.worker_id), grace_s=0)
     names = load_catalog_modules(settings.nodes)
     log.info(
-        "worker %s consuming %s from %s; catalog: %s",
+        "worker %s consuming %s from %s; catalog: %s; bundle classes from: %s",
         settings.worker_id,
         own_queue,
         redacted_url(settings.broker),
         ", ".join(names) or "empty",
+        ", ".join(settings.allowed_modules) or "no module (SOMATIZE_ALLOWED_MODULES)",
     )
     original: Callable[..., str] = instance.startup_info
     instance.startup_info = lambda artlines=True: banner(
-        original(artlines=artlines), redacted_url(settings.broker), names
+        original(artlines=artlines), redacted_url(settings.broker), names, settings.allowed_modules
     )
 
 
@@ -94,7 +96,7 @@ def log_signing(settings: Settings) -> None:
     )
 
 
-def banner(text: str, broker: str, catalog: list[str]) -> str:
+def banner(text: str, broker: str, catalog: list[str], allowed: list[str] | None = None) -> str:
     """Celery's start-up banner with our broker line and a catalog section added."""
     lines = [
         line.split(".> transport:")[0] + f".> transport:   {broker}"
@@ -105,4 +107,6 @@ def banner(text: str, broker: str, catalog: list[str]) -> str:
     shown = ", ".join(catalog) if catalog else "empty: no --nodes (or SOMATIZE_NODES) given"
     noun = "node" if len(catalog) == 1 else "nodes"
     lines += ["", f" -------------- [catalog] {len(catalog)} {noun}", f"                .> {shown}"]
+    if allowed:
+        lines.append(f"                .> bundle classes from: {', '.join(allowed)}")
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from scheduler import DistributionPlan
+from scheduler import DistributionPlan, PlanDocument, load_plan_document
 from somatize_tasks.config.connections import reaching_redis
 from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.errors import (
@@ -76,6 +76,15 @@ class RunStatus:
     @property
     def done(self) -> int:
         return sum(1 for n in self.nodes.values() if n.state == DONE)
+
+
+@dataclass(frozen=True)
+class RunDefinition:
+    """What a run was asked to run: its plan document, parameters and ops."""
+
+    document: PlanDocument
+    params: dict[str, dict[str, Any]]
+    ops: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -268,6 +277,24 @@ class PlanRun:
         deadline = None if timeout is None else time.monotonic() + timeout
         reader = OutputReader(self._context, self.id, deadline)
         return {node_id: reader.read(expr) for node_id, expr in refs.items()}
+
+    def definition(self) -> RunDefinition:
+        """The plan (with its predecessors), parameters and ops the run was submitted with."""
+        raw = reaching_redis(
+            self._context.settings,
+            lambda: self._context.redis.hmget(
+                self._state.meta, "plan", "predecessors", "params", "ops"
+            ),
+        )
+        # compressed once the run ended (runtime.state.archive)
+        plan, preds, params, ops = (r and unpack(r) for r in raw)
+        if plan is None:
+            raise self._lost()
+        return RunDefinition(
+            load_plan_document(plan, json.loads(preds) if preds else None),
+            json.loads(params) if params else {},
+            json.loads(ops) if ops else {},
+        )
 
     def cancel(self) -> bool:
         """Stop the run: nothing new starts, running nodes are revoked. False if it had ended."""

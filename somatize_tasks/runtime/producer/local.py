@@ -118,6 +118,8 @@ def run_local(
     started = time.time()
     parts = run_parts(plan, params, ops, catalog)
     params, ops = parts.params, parts.ops
+    if parts.states is not None and states is None and mode != "fit":
+        states = parts.states  # a Soma bundle runs forward with its own states
     document = load_plan_document(parts.document, predecessors)
     check_run_inputs(document.plan, params, ops, default_catalog if catalog is None else catalog)
     store = MemoryValueStore()

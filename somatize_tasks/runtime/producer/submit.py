@@ -111,7 +111,8 @@ def submit_plan(
     ``plan`` may be a bare plan or ``{"plan": ..., "predecessors": ...}``
     (``predecessors`` here overrides the document's), or a plan built in Python
     (:mod:`somatize_tasks.authoring`), whose parameters and catalog names
-    ``params`` and ``ops`` update node by node. ``params`` maps node
+    ``params`` and ``ops`` update node by node, or a Soma checkpoint bundle
+    (``model.zip``, which runs forward with its states unless ``mode="fit"``). ``params`` maps node
     ids to keyword parameters, ``ops`` node ids to catalog names. ``mode``
     is ``"fit"`` (trainable Filters learn from ``input`` and labels ``y``;
     the run keeps their states) or ``"forward"`` (they use the states of
@@ -127,6 +128,8 @@ def submit_plan(
     limits = RunLimits(deadline_s, max_node_deaths)
     parts = run_parts(plan, params, ops, catalog)
     params, ops = parts.params, parts.ops
+    if parts.states is not None and states_from is None and mode != "fit":
+        states_from = parts.states  # a Soma bundle runs forward with its own states
     document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = producer_context(settings)

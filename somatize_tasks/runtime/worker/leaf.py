@@ -63,8 +63,9 @@ class ValueStore(Protocol):
 def resolve_entry(program: Program, node_id: str, catalog: Catalog, worker_id: str) -> CatalogEntry:
     """The catalog entry that runs ``node_id`` here, or an error naming what is."""
     for name in program.op_candidates(node_id):
-        if name in catalog:
-            return catalog.get(name)
+        entry = catalog.resolve(name)
+        if entry is not None:
+            return entry
     wanted = program.op_candidates(node_id)[0]
     raise UnknownNodeError.for_node(wanted, worker_id, catalog.names())
 
