@@ -33,6 +33,7 @@ from scheduler import Branch, Loop, Step
 from somatize_tasks.errors import ControlFlowError
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.control import STOP
+from somatize_tasks.runtime.compile.fusion import Chain
 from somatize_tasks.runtime.compile.program import Program
 from somatize_tasks.runtime.compile.values import (
     NOTHING,
@@ -42,6 +43,7 @@ from somatize_tasks.runtime.compile.values import (
     join_branches,
     node_input_expr,
 )
+from somatize_tasks.runtime.state.failures import failed_node, failure_of
 from somatize_tasks.runtime.state.run_state import (
     CANCELLED,
     DONE,
@@ -305,27 +307,34 @@ class Engine:
     # --- ending early ----------------------------------------------------------------
 
     def node_failed(self, block: Block, epoch: int, error: Exception, worker_id: str) -> None:
-        """A task raised: its node is failed, the nodes of its block that had finished
-        are done (their outputs are not kept), the rest cancelled; the run fails."""
-        nodes = block.task_node_ids()
-        bad = getattr(error, "__somatize_node__", None) or nodes[0]
-        finished: dict[str, list[float]] = getattr(error, "__somatize_finished__", {})
+        """A task raised: its node is failed (with its own start and error), the nodes
+        of its block that had finished are done (with their times and outputs, as if
+        each had been a task of its own); in a fused chain the nodes after it never
+        ran (pending, as unfused), in a Composite they are cancelled. The run fails."""
+        failure = failure_of(error, block.task_node_ids())
+        times = {"ended_at": failure.ended_at}
+        if failure.started_at is not None:
+            times["started_at"] = failure.started_at
         self.state.mark_nodes(
-            [bad], FAILED, worker_id, epoch, error=f"{type(error).__name__}: {error}"
+            [failure.node],
+            FAILED,
+            worker_id,
+            epoch,
+            error=f"{type(error).__name__}: {error}",
+            **times,
         )
-        for node_id, (started, ended) in finished.items():
-            self.state.mark_nodes(
-                [node_id], DONE, worker_id, epoch, started_at=started, ended_at=ended
-            )
-        others = [n for n in nodes if n != bad and n not in finished]
-        if others:
-            self.state.mark_nodes(others, CANCELLED, worker_id, epoch)
+        if failure.done:
+            self.state.record_finished(failure.done, failure.outputs, worker_id, epoch)
+        if failure.after and isinstance(block.node, Chain):
+            self.state.forget_nodes(failure.after)  # they never ran, as when run unfused
+        elif failure.after:
+            self.state.mark_nodes(failure.after, CANCELLED, worker_id, epoch)
         self.fail(block, error, worker_id)
 
     def fail(self, block: Block, error: BaseException, worker_id: str) -> None:
         """End the run as failed, naming the node, its worker and the traceback."""
         nodes = block.task_node_ids() or block.node.own_ids()
-        named = getattr(error, "__somatize_node__", None) or (nodes[0] if nodes else None)
+        named = failed_node(error) or (nodes[0] if nodes else None)
         detail = failure_detail(named or f"block {block.index}", worker_id, error)
         if self.state.finish(FAILED, error=detail):
             self.dispatcher.run_finished(FAILED, None)

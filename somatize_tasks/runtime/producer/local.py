@@ -107,6 +107,7 @@ def run_local(
     y: Any = None,
     states: Mapping[str, Any] | None = None,
     deadline_s: float | None = None,
+    fuse: bool = True,
 ) -> LocalRunResult:
     """Run ``plan`` to the end in this process, with the same semantics as on workers.
 
@@ -114,6 +115,7 @@ def run_local(
     ``mode`` is ``"fit"`` (with labels ``y``) or ``"forward"`` (with ``states``,
     node id to state); by default a run with states forwards and one without fits.
     ``deadline_s`` is checked between nodes (a node running here is not interrupted).
+    ``fuse``: run consecutive Executes of a Sequence as one task, as a worker does.
     """
     started = time.time()
     parts = run_parts(plan, params, ops, catalog)
@@ -133,6 +135,7 @@ def run_local(
         mode=chosen,
         labels=None if y is None else _put(store, run_id, "__labels__", y),
         states={n: _put(store, run_id, STATE_PREFIX + n, v) for n, v in (states or {}).items()},
+        fused=None if fuse else [],
     )
     input_expr = value_expr(input)
     state = MemoryRunState(input_expr)

@@ -83,6 +83,7 @@ class RunRequest:
     states: dict[str, Any] = field(default_factory=dict)  # values to store for the run
     state_refs: dict[str, Expr] = field(default_factory=dict)  # already in the store
     limits: RunLimits = field(default_factory=RunLimits)
+    fuse: bool = True
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -105,6 +106,7 @@ def submit_plan(
     states_from: StatesFrom | None = None,
     deadline_s: float | None = None,
     max_node_deaths: int | None = None,
+    fuse: bool | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -124,6 +126,8 @@ def submit_plan(
     ``max_node_deaths``: a node whose worker died while running it this many
     times fails the run (``KilledWorkerError``); default
     ``SOMATIZE_MAX_NODE_DEATHS``.
+    ``fuse``: run consecutive same-worker Executes of a Sequence as one task
+    (:mod:`~somatize_tasks.runtime.compile.fusion`); default ``SOMATIZE_FUSE_CHAINS``.
     """
     limits = RunLimits(deadline_s, max_node_deaths)
     parts = run_parts(plan, params, ops, catalog)
@@ -134,6 +138,7 @@ def submit_plan(
     settings = settings or Settings.from_env()
     context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits)
+    request.fuse = settings.fuse_chains if fuse is None else fuse
     request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
     request.mode = run_mode(document.plan, mode, has_states, y is not None)
@@ -330,7 +335,7 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         mode=request.mode,
         labels=labels,
         states=states,
-        fused=None if context.settings.fuse_chains else [],
+        fused=None if request.fuse else [],
     )
     context.remember(run_id, program)
     state = context.state(run_id)
@@ -394,6 +399,7 @@ def _run_here(
     states.update({n: context.values.get_value(e["ref"]) for n, e in request.state_refs.items()})
     result = run_local(
         request.document,
+        fuse=request.fuse,
         input=request.input,
         params=request.params,
         ops=request.ops,

@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.runtime.state.archive import FIELDS, log_lines
+from somatize_tasks.runtime.state.failures import failure_of
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +111,28 @@ def _push(log_to: HistoryLog, run_id: str, events: list[dict[str, Any]]) -> None
 def record_failure(
     log_to: HistoryLog, run_id: str, nodes: list[str], epoch: int, exc: BaseException
 ) -> None:
-    """A block raised: the node that raised failed; the rest of a fused chain are
-    cancelled, as the engine marks them, and get no bar (when each ran is unknown)."""
-    bad = getattr(exc, "__somatize_node__", None) or nodes[0]
+    """A block raised. As if each node of a fused chain had been a task of its own:
+    the nodes that finished before are done with their own times, the node that
+    raised failed from its own start; the nodes after it never ran and get no bar."""
+    failure = failure_of(exc, nodes)
     events: list[dict[str, Any]] = [
-        {"nodes": [bad], "state": "failed", "epoch": epoch, "error": f"{type(exc).__name__}: {exc}"}
+        {"nodes": [n], "state": "done", "epoch": epoch, "started_at": s, "ended_at": e}
+        for n, (s, e) in failure.done.items()
     ]
-    others = [n for n in nodes if n != bad]
-    if others:
-        events.append({"nodes": others, "state": "cancelled", "epoch": epoch, "dropped": True})
+    failed: dict[str, Any] = {
+        "nodes": [failure.node],
+        "state": "failed",
+        "epoch": epoch,
+        "error": f"{type(exc).__name__}: {exc}",
+        "ended_at": failure.ended_at,
+    }
+    if failure.started_at is not None:
+        failed["started_at"] = failure.started_at
+    events.append(failed)
+    if failure.after:
+        events.append(
+            {"nodes": failure.after, "state": "cancelled", "epoch": epoch, "dropped": True}
+        )
     _push(log_to, run_id, events)
 
 

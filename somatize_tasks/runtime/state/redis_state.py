@@ -32,7 +32,13 @@ from somatize_tasks.runtime.state.archive import FIELDS, fold_logs
 from somatize_tasks.runtime.state.history import MAX_EVENTS, history_key
 from somatize_tasks.runtime.state.outbox_state import OutboxState, compact_json
 from somatize_tasks.runtime.state.repair_state import RepairState
-from somatize_tasks.runtime.state.run_state import FINAL_STATES, RUNNING, LeafResult, node_done
+from somatize_tasks.runtime.state.run_state import (
+    DONE,
+    FINAL_STATES,
+    RUNNING,
+    LeafResult,
+    node_done,
+)
 from somatize_tasks.runtime.state.seal import Seal
 from somatize_tasks.runtime.state.start_state import StartState
 from somatize_tasks.runtime.state.starts import PendingStart, send_with_start
@@ -264,6 +270,37 @@ class RedisRunState(StartState, OutboxState, RepairState):
         if outbox:
             self._into_outbox(pipe, status["block"], status["epoch"], status["task_id"])
         pipe.execute()
+
+    def record_finished(
+        self, times: dict[str, list[float]], outputs: dict[str, Expr], worker_id: str, epoch: int
+    ) -> None:
+        pipe = self.client.pipeline()
+        statuses: dict[str | bytes, bytes | float | int | str] = {
+            node_id: compact_json(
+                {
+                    "state": DONE,
+                    "worker": worker_id,
+                    "epoch": epoch,
+                    "started_at": started,
+                    "ended_at": ended,
+                }
+            )
+            for node_id, (started, ended) in times.items()
+        }
+        pipe.hset(self.nodes, mapping=statuses)
+        pipe.sadd(self.done, *times)
+        if outputs:
+            latest: dict[str | bytes, bytes | float | int | str] = {
+                n: self.seal.close(f"latest:{n}", e) for n, e in outputs.items()
+            }
+            pipe.hset(self.latest_outputs, mapping=latest)
+            pipe.expire(self.latest_outputs, self.ttl_s)
+        pipe.expire(self.done, self.ttl_s)
+        pipe.execute()
+
+    def forget_nodes(self, nodes: list[str]) -> None:
+        if nodes:
+            self.client.hdel(self.nodes, *nodes)
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:

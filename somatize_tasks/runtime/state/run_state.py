@@ -152,6 +152,17 @@ class RunState(Protocol):
         is ``done`` when its loop is, the arms a Branch did not take are ``skipped``."""
         ...
 
+    def record_finished(
+        self, times: dict[str, list[float]], outputs: dict[str, Expr], worker_id: str, epoch: int
+    ) -> None:
+        """Nodes of a failed task that had finished before it failed: done, with their
+        own ``[started, ended]`` and outputs, counted as done like any completion."""
+        ...
+
+    def forget_nodes(self, nodes: list[str]) -> None:
+        """Nodes marked running with their task that never started: back to pending."""
+        ...
+
 
 class MemoryRunState:
     """:class:`RunState` in a process's memory, for local runs."""
@@ -259,6 +270,23 @@ class MemoryRunState:
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         for node_id in nodes:
             self.nodes.setdefault(node_id, {}).update(state=state)
+
+    def record_finished(
+        self, times: dict[str, list[float]], outputs: dict[str, Expr], worker_id: str, epoch: int
+    ) -> None:
+        self.latest_outputs.update(outputs)
+        for node_id, (started, ended) in times.items():
+            self.nodes[node_id] = {
+                "state": DONE,
+                "worker": worker_id,
+                "epoch": epoch,
+                "started_at": started,
+                "ended_at": ended,
+            }
+
+    def forget_nodes(self, nodes: list[str]) -> None:
+        for node_id in nodes:
+            self.nodes.pop(node_id, None)
 
     def finish(
         self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None

@@ -16,6 +16,7 @@ predecessors' outputs (:func:`somatize_tasks.runtime.compile.values.node_input_e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from scheduler import Branch, Composite, Step, Stream
@@ -32,14 +33,11 @@ from somatize_tasks.runtime.compile.control import (
 )
 from somatize_tasks.runtime.compile.program import FIT, Program
 from somatize_tasks.runtime.compile.values import Expr, materialize, node_input_expr, ref_expr
+from somatize_tasks.runtime.state.failures import tag_failure
 from somatize_tasks.runtime.state.run_state import LeafResult
 from somatize_tasks.runtime.worker.stream import run_stream
 
 STATE_PREFIX = "__state_"
-#: Set on an exception: the node that raised it (a fused chain runs several), and
-#: the [started, ended] of the nodes of its task that had finished by then.
-_FAILED_NODE = "__somatize_node__"
-_FINISHED_BEFORE = "__somatize_finished__"
 
 
 class ValueStore(Protocol):
@@ -90,21 +88,26 @@ def run_block(
     started = time.time()
     run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt)
     nodes = block.task_node_ids()
-    bound = {
-        n: BoundNode(resolve_entry(program, n, catalog, worker_id), program.params.get(n))
-        for n in nodes
-    }
+
+    def bind(node_id: str) -> BoundNode:
+        entry = resolve_entry(program, node_id, catalog, worker_id)
+        return BoundNode(entry, program.params.get(node_id))
+
     result = LeafResult(output={}, worker_id=worker_id, started_at=started, attempt=attempt)
     node = block.node
+    # A Stream or Composite needs all its nodes at once; a chain binds each node when
+    # its turn comes, so an unknown node fails as itself, after the nodes before it ran.
+    together = isinstance(node, Stream) or type(node) is Composite
+    bound = {n: _bound_or_tagged(bind, n) for n in nodes} if together else {}
     if isinstance(node, Stream):
         run.stream(nodes, bound, node.chunk_size)
     elif not (type(node) is Composite and run.fit_composite(nodes, bound)):
         for node_id in nodes:
+            began = time.time()
             try:
-                run.node(node_id, bound[node_id])
+                run.node(node_id, bound.get(node_id) or bind(node_id))
             except Exception as exc:
-                setattr(exc, _FAILED_NODE, node_id)  # a fused chain fails by its own node
-                setattr(exc, _FINISHED_BEFORE, dict(run.times))
+                tag_failure(exc, node_id, began, run.times, run.outputs)
                 raise
     last = nodes[-1]
     if isinstance(node, Branch):
@@ -126,6 +129,16 @@ def run_block(
     result.output = run.outputs[last]
     result.ended_at = time.time()
     return result
+
+
+def _bound_or_tagged(bind: Callable[[str], BoundNode], node_id: str) -> BoundNode:
+    """``bind(node_id)``; a failure is tagged as the node's own (nothing else ran)."""
+    began = time.time()
+    try:
+        return bind(node_id)
+    except Exception as exc:
+        tag_failure(exc, node_id, began, {}, {})
+        raise
 
 
 def _signals(program: Program, run: _BlockRun) -> dict[str, str]:
