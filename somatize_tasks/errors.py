@@ -28,6 +28,7 @@
     │   └── StoreError              the shared store failed (names endpoint and bucket)
     │       └── StoreUnavailableError   the store cannot be reached: retry later
     └── RunError                    a run did not produce its output
+        ├── RedisUnreachableError   Redis did not answer: the run cannot be followed now
         ├── RunStillRunningError    asked of a run that has not ended
         ├── OutputUnavailableError  a node's output cannot be read (TimeoutError)
         ├── RunCancelledError       cancelled before it finished
@@ -170,6 +171,10 @@ class StoreUnavailableError(StoreError):
 
 class RunError(SomatizeError):
     """A run did not produce its output (Redis unreachable, a node failed, cancelled...)."""
+
+
+class RedisUnreachableError(RunError):
+    """Redis did not answer (names the server, its password masked)."""
 
 
 class RunStillRunningError(RunError):

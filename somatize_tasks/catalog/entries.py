@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -298,12 +300,25 @@ def call_node(entry: CatalogEntry, value: Any, params: Mapping[str, Any] | None 
     return bound.forward(value, state)
 
 
+def cwd_importable() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` and ``celery``
+    do: ``--nodes mylab.nodes`` finds ``./mylab`` in every command, however started."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
 def load_catalog_modules(modules: Iterable[str], catalog: Catalog | None = None) -> list[str]:
     """Import the catalog modules a worker was started with; returns the catalog's names.
 
-    Called once at worker start. An import failure names the module, since
-    a worker without its nodes would only fail later, node by node.
+    Called once at worker start, and by every command that takes ``--nodes``;
+    modules are found from the current directory too (:func:`cwd_importable`).
+    An import failure names the module, since a worker without its nodes
+    would only fail later, node by node.
     """
+    modules = list(modules)
+    if modules:
+        cwd_importable()
     for module in modules:
         try:
             importlib.import_module(module)

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from scheduler import SchedulerError
 from scheduler.model.depth import MAX_JSON_DEPTH, line_and_column, text_too_deep
+from somatize_tasks.catalog.entries import cwd_importable
 from somatize_tasks.errors import SomatizeError
 
 P = ParamSpec("P")
@@ -60,7 +61,11 @@ def load_json_file(path: str | Path, what: str) -> Any:
 
 
 def import_node_modules(modules: Iterable[str]) -> None:
-    """Import catalog modules named on the command line (``--nodes a.b,c.d``)."""
+    """Import catalog modules named on the command line (``--nodes a.b,c.d``), found as
+    a worker finds them: from the current directory too (``cwd_importable``)."""
+    modules = list(modules)
+    if modules:
+        cwd_importable()
     for module in modules:
         try:
             importlib.import_module(module)

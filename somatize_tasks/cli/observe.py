@@ -15,7 +15,7 @@ from tornado.ioloop import IOLoop
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
 from somatize_tasks.config.settings import Settings, redacted_url
-from somatize_tasks.observe.dashboard import make_app, parse_credentials
+from somatize_tasks.observe.dashboard import make_app, parse_credentials, redis_answers
 from somatize_tasks.observe.run_record import read_run
 from somatize_tasks.observe.soma_export import write_run_dir
 from somatize_tasks.observe.timeline_page import write_timeline
@@ -77,6 +77,9 @@ def dashboard(port: int, address: str, basic_auth: str | None) -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     settings = Settings.from_env()
+    unreachable = redis_answers(settings)
+    if unreachable is not None:  # serve anyway: the page says so until Redis answers
+        click.echo(f"{unreachable}; the page says so until it answers", err=True)  # one line
     app = make_app(settings, credentials)
     try:
         app.listen(port, address)

@@ -7,6 +7,7 @@ FILE holds ``{"plan": ..., "workers": [...], "differentiable_nodes": [...],
 "predecessors": {...}}`` (a *schedule input*; ``predecessors`` is optional:
 the plan's data graph, whose edges the transfers then follow), or a plan
 (bare, or as ``{"plan": ..., "predecessors": ...}``) with ``--workers WORKERS.json``.
+With ``--live`` the plan is placed on the live workers, read from Redis.
 The default output is a readable report (per worker: its nodes in execution
 order with phase and reason, transfers in and out; the phases; warnings);
 ``--json`` prints exactly the ``DistributionPlan`` JSON and ``--mermaid`` a
@@ -42,6 +43,8 @@ from scheduler import (
 from somatize_tasks.authoring.bundle import is_bundle_path, read_soma_bundle
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors, load_json_file
+from somatize_tasks.config.settings import Settings, redacted_url
+from somatize_tasks.workers.registry import Registry
 
 EXAMPLE = "pipeline.schedule-input.json"
 _INPUT_KEYS = {"plan", "workers", "differentiable_nodes", "predecessors"}
@@ -65,6 +68,11 @@ class ScheduleInput:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Worker list (JSON) for a bare plan, or to replace the FILE's workers.",
 )
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Place on the live workers (read from Redis, SOMATIZE_REDIS_URL), not a file's.",
+)
 @click.option("--example", is_flag=True, help=f"Use the bundled example ({EXAMPLE}).")
 @click.option("--json", "as_json", is_flag=True, help="Print the DistributionPlan JSON only.")
 @click.option("--mermaid", is_flag=True, help="Print a Mermaid flowchart of the placement.")
@@ -78,6 +86,7 @@ def plan_command(
     *,
     file: Path | None,
     workers_file: Path | None,
+    live: bool,
     example: bool,
     as_json: bool,
     mermaid: bool,
@@ -88,12 +97,16 @@ def plan_command(
         raise click.UsageError("--json and --mermaid are alternatives; pick one")
     if (file is None) == (not example):
         raise click.UsageError("give a FILE or --example (not both)")
+    if live and workers_file is not None:
+        raise click.UsageError("--live and --workers are alternatives; pick one")
     try:
         if file is not None and is_bundle_path(file):
             document = read_soma_bundle(file).built().to_wire()
         else:
             document = load_json_file(file, "plan") if file is not None else _example_document()
         workers = load_json_file(workers_file, "workers") if workers_file else None
+        if live:
+            workers = live_workers_or_fail(Settings.from_env())
         given = _schedule_input(document, workers, file)
         result = schedule(
             given.plan,
@@ -116,6 +129,17 @@ def plan_command(
 
 
 # --- reading input -------------------------------------------------------------------------
+
+
+def live_workers_or_fail(settings: Settings) -> list[dict[str, Any]]:
+    """The live workers' WorkerInfo JSON; none is one line naming the Redis asked."""
+    live = Registry.from_settings(settings).live()
+    if not live:
+        raise click.ClickException(
+            f"no live worker in Redis {redacted_url(settings.redis_url)} (key prefix "
+            f"'{settings.key_prefix}'): start one, or place on a file's with --workers"
+        )
+    return [w.info.model_dump(mode="json") for w in live]
 
 
 def _example_document() -> Any:

@@ -9,7 +9,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from somatize_tasks.config.settings import Settings, redacted_url
-from somatize_tasks.errors import RunError
+from somatize_tasks.errors import RedisUnreachableError
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ def reaching_redis(settings: Settings, call: Callable[[], T]) -> T:
     try:
         return call()
     except RedisConnectionError as exc:
-        raise RunError(
+        raise RedisUnreachableError(
             f"cannot reach Redis at {redacted_url(settings.redis_url)}: {exc}. "
             "Is it running, and is SOMATIZE_REDIS_URL right?"
         ) from None

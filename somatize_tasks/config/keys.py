@@ -65,6 +65,16 @@ QUEUE_PREFIX = "somatize.w."
 WORKER_RETENTION_MS = 24 * 3600 * 1000
 
 
+#: How many characters of a run id a Flower task name shows (``run:1a2b3c``).
+RUN_TAG_CHARS = 6
+
+
+def run_tag(run_id: str) -> str:
+    """The run part of a task's Flower name (``node:train_svm run:1a2b3c``): enough of
+    the id to tell runs apart at a glance; the task's arguments carry the whole id."""
+    return f"run:{run_id[:RUN_TAG_CHARS]}"
+
+
 def queue_name(worker_id: str) -> str:
     """The Celery queue a worker consumes: ``somatize.w.<worker_id>``."""
     return f"{QUEUE_PREFIX}{worker_id}"

@@ -19,6 +19,7 @@ body{margin:20px 24px;color:#24292f;
  font:14px system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif}
 h1{font-size:18px;margin:0 0 4px} h2{font-size:15px;margin:22px 0 8px}
 #updated{color:#5b6470;font-size:12px}
+#updated.error{color:#d64541;font-weight:600}
 table{border-collapse:collapse;font-size:13px}
 td,th{padding:4px 12px;border-bottom:1px solid #e3e7ec;text-align:left;vertical-align:middle}
 th{color:#5b6470;font-weight:600}
@@ -71,7 +72,13 @@ function errorText(e) {
 }
 async function getJSON(path) {
   const r = await fetch(path, {cache: "no-store"});
-  if (!r.ok) throw new Error(path + ": " + r.status + " " + r.statusText);
+  if (!r.ok) {
+    let said = null;
+    try { said = (await r.json()).error; } catch (e) { said = null; }
+    const err = new Error(said || (path + ": " + r.status + " " + r.statusText));
+    err.fromServer = true;
+    throw err;
+  }
   return r.json();
 }
 function drawWorkers(workers) {
@@ -144,8 +151,11 @@ async function refresh() {
     drawWorkers(workers); drawRuns(runs);
     await drawRun(selected());
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
+    $("#updated").className = "";
   } catch (e) {
-    $("#updated").textContent = "cannot reach the dashboard server: " + e.message;
+    $("#updated").textContent = e.fromServer ? e.message
+      : "cannot reach the dashboard server: " + e.message;
+    $("#updated").className = "error";
   } finally { busy = false; }
 }
 window.addEventListener("hashchange", refresh);

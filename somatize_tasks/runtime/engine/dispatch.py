@@ -19,7 +19,7 @@ from typing import Any
 
 from kombu.utils.uuid import uuid
 
-from somatize_tasks.config.keys import NODE_BATCH_TASK, NODE_TASK, queue_name
+from somatize_tasks.config.keys import NODE_BATCH_TASK, NODE_TASK, queue_name, run_tag
 from somatize_tasks.messaging.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.program import Program
@@ -295,7 +295,7 @@ class CeleryDispatcher:
             queue=queue_name(block.worker_id or ""),
             task_id=task_id,
             kwargsrepr=_describe(self.run_id, nodes, epoch),
-            shadow=node_shadow(nodes),
+            shadow=node_shadow(nodes, self.run_id),
             soft_time_limit=soft_s,  # type: ignore[arg-type]  # floats work; the stubs say int
             time_limit=hard_s,  # type: ignore[arg-type]
             ignore_result=True,
@@ -316,7 +316,7 @@ class CeleryDispatcher:
             queue=queue_name(batch[0][0].worker_id or ""),
             task_id=task_id,
             kwargsrepr=_describe(self.run_id, nodes, batch[0][1]),
-            shadow=node_shadow(nodes),
+            shadow=node_shadow(nodes, self.run_id),
             soft_time_limit=soft_s,  # type: ignore[arg-type]
             time_limit=hard_s,  # type: ignore[arg-type]
             ignore_result=True,
@@ -349,12 +349,13 @@ class CeleryDispatcher:
         return list(missing.values()), crossing
 
 
-def node_shadow(nodes: list[str]) -> str:
-    """The name Flower lists a node task under (``node:train_svm``, ``node:a+b`` for
-    a block or batch of several, ``node:a+b+c+5 more`` past four); the task itself
-    stays ``somatize.node.run`` (or ``.batch``), so routing never depends on it."""
+def node_shadow(nodes: list[str], run_id: str) -> str:
+    """The name Flower lists a node task under, with its run (``node:train_svm
+    run:1a2b3c``; ``node:a+b`` for a block or batch of several, ``node:a+b+c+5 more``
+    past four); the task itself stays ``somatize.node.run`` (or ``.batch``), so routing
+    never depends on it."""
     shown = nodes if len(nodes) <= 4 else [*nodes[:3], f"{len(nodes) - 3} more"]
-    return "node:" + "+".join(shown)
+    return "node:" + "+".join(shown) + " " + run_tag(run_id)
 
 
 def _scaled(

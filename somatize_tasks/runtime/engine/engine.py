@@ -269,10 +269,13 @@ class Engine:
         carried = self._advance_carry(node)
         flow = body_flow if carried is None else carried
         try:
-            stop = self._signals_stop(node, pass_number) or pass_number >= node.cap
+            signalled = self._signals_stop(node, pass_number)
         except ControlFlowError as exc:
             self.fail(loop, exc, "dispatcher")
             return
+        stop = signalled or pass_number >= node.cap
+        if stop and not signalled and node.until.type != "Exhaust":
+            self.state.add_warning(f"loop:{node.node_id}", capped_loop(node))
         if stop:
             self.complete(loop.index, outer_epoch, flow)
             return
@@ -344,6 +347,18 @@ class Engine:
             self.dispatcher.run_finished(CANCELLED, None)
             return True
         return False
+
+
+def capped_loop(node: Loop) -> str:
+    """The run's warning when a loop ends at its cap without being told to stop."""
+    why = (
+        f"without a stop signal from '{node.until.node}'"
+        if node.until.type == "WhenSignaled"
+        else "without a stop signal (until BodyTerminal reads none: name the node that "
+        "decides with WhenSignaled)"
+    )
+    cap = "Soma's cap of" if node.max_iterations is None else "its cap of"
+    return f"loop '{node.node_id}' stopped at {cap} {node.cap} passes {why}"
 
 
 def failure_detail(node_id: str, worker_id: str, error: BaseException) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from somatize_tasks.config.keys import (
     TRANSFER_FAILED_TASK,
     TRANSFER_UPLOAD_TASK,
     queue_name,
+    run_tag,
 )
 from somatize_tasks.runtime.compile.blocks import Block
 
@@ -83,7 +84,7 @@ class TransferChain:
                 task_id=step.task_id,
                 argsrepr=shown,
                 ignore_result=True,
-                shadow=f"transfer:{names[step.task]} {route}",
+                shadow=f"transfer:{names[step.task]} {route} {run_tag(run_id)}",
             )
             for step in self.steps
         ]

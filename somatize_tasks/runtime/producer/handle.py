@@ -140,8 +140,10 @@ class PlanRun:
 
     @property
     def warnings(self) -> list[str]:
-        """What placement and the plan itself warned about (also logged at submit)."""
-        return list(self.distribution.warnings)
+        """What placement and the plan itself warned about (also logged at submit), then
+        what the run raised while running (a loop that stopped at its cap unsignalled)."""
+        raised = reaching_redis(self._context.settings, self._state.warnings)
+        return [*self.distribution.warnings, *raised]
 
     # --- following -------------------------------------------------------------------
 

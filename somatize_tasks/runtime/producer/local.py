@@ -166,9 +166,8 @@ def run_local(
     if state.status == DONE and state.output is not None:
         output = materialize(state.output, store.get_value)
     learned = {n: materialize(e, store.get_value) for n, e in state.states.items()}
-    return LocalRunResult(
-        state.status, output, state.error, state.nodes, learned, plan_warnings(document.plan)
-    )
+    warnings = [*plan_warnings(document.plan), *(state.warnings[k] for k in sorted(state.warnings))]
+    return LocalRunResult(state.status, output, state.error, state.nodes, learned, warnings)
 
 
 def _past_deadline(

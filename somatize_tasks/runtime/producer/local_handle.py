@@ -26,6 +26,12 @@ class LocalPlanRun(PlanRun):
         self._result = result
         self._total = total
 
+    @property
+    def warnings(self) -> list[str]:
+        """Placement's, then the run's own (a loop stopped at its cap), each once."""
+        placed = list(self.distribution.warnings)
+        return placed + [w for w in self._result.warnings if w not in placed]
+
     def status(self) -> RunStatus:
         nodes = {
             n: NodeStatus(s["state"], s.get("worker"), s.get("started_at"), s.get("ended_at"))

@@ -22,7 +22,7 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from somatize_tasks.config.keys import TRANSFER_UPLOAD_TASK, queue_name
+from somatize_tasks.config.keys import TRANSFER_UPLOAD_TASK, queue_name, run_tag
 from somatize_tasks.errors import OutputUnavailableError
 from somatize_tasks.runtime.compile.values import Expr, materialize
 from somatize_tasks.runtime.engine.context import RunContext
@@ -61,7 +61,7 @@ class OutputReader:
             args=(artifact.as_json(),),
             queue=queue_name(holder),
             argsrepr=f"run={self.run_id} node={artifact.node_id} {holder}->producer",
-            shadow=f"transfer:upload {artifact.node_id} {holder}->producer",
+            shadow=f"transfer:upload {artifact.node_id} {holder}->producer {run_tag(self.run_id)}",
         )
         while True:
             left = None if self.deadline is None else self.deadline - time.monotonic()

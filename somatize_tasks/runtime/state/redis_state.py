@@ -44,6 +44,9 @@ from somatize_tasks.runtime.state.start_state import StartState
 from somatize_tasks.runtime.state.starts import PendingStart, send_with_start
 from somatize_tasks.workers.reservations import reservation_keys
 
+#: Meta fields holding the warnings a run raised while running.
+WARNING_PREFIX = "warn:"
+
 
 class RedisRunState(StartState, OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
@@ -297,6 +300,15 @@ class RedisRunState(StartState, OutboxState, RepairState):
             pipe.expire(self.latest_outputs, self.ttl_s)
         pipe.expire(self.done, self.ttl_s)
         pipe.execute()
+
+    def add_warning(self, key: str, message: str) -> None:
+        """Kept in the run's meta (``warn:<key>``), so it lives and ends with the run."""
+        self.client.hset(self.meta, f"{WARNING_PREFIX}{key}", message)
+
+    def warnings(self) -> list[str]:
+        """The warnings the run raised while running, in key order."""
+        found = dict(self.client.hscan_iter(self.meta, match=f"{WARNING_PREFIX}*", count=100))
+        return [found[k].decode() for k in sorted(found)]
 
     def forget_nodes(self, nodes: list[str]) -> None:
         if nodes:

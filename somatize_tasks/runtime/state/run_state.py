@@ -163,6 +163,10 @@ class RunState(Protocol):
         """Nodes marked running with their task that never started: back to pending."""
         ...
 
+    def add_warning(self, key: str, message: str) -> None:
+        """A warning the run raised while running (one per ``key``: the latest kept)."""
+        ...
+
 
 class MemoryRunState:
     """:class:`RunState` in a process's memory, for local runs."""
@@ -181,6 +185,7 @@ class MemoryRunState:
         self.waiting: dict[tuple[int, int], int] = {}
         self.epochs: dict[int, tuple[int, int, int]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.warnings: dict[str, str] = {}
 
     def is_active(self) -> bool:
         return self.status == RUNNING
@@ -287,6 +292,9 @@ class MemoryRunState:
     def forget_nodes(self, nodes: list[str]) -> None:
         for node_id in nodes:
             self.nodes.pop(node_id, None)
+
+    def add_warning(self, key: str, message: str) -> None:
+        self.warnings[key] = message
 
     def finish(
         self, status: str, output: Expr | None = None, error: dict[str, Any] | None = None

@@ -73,16 +73,16 @@ def test_a_malformed_redis_url_is_one_error_line(
     assert "SOMATIZE_REDIS_URL" in lines[0] and "redis://" in lines[0]
 
 
-def test_require_workers_with_none_names_the_flag_and_does_not_promise_a_local_run(
-    tmp_path: Path, settings: Settings
+@pytest.mark.parametrize("flags", [(), ("--require-workers",)])
+def test_submit_with_no_live_worker_refuses_naming_the_redis_and_local(
+    tmp_path: Path, settings: Settings, flags: tuple[str, ...]
 ) -> None:
     lonely = settings.model_copy(update={"key_prefix": f"{settings.key_prefix}-none"})
-    done = cli(
-        "submit", write(tmp_path, "plan.json", ex("rt_make")), "--require-workers", settings=lonely
-    )
+    done = cli("submit", write(tmp_path, "plan.json", ex("rt_make")), *flags, settings=lonely)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: ")
-    assert "--require-workers" in done.stderr
+    assert f"in Redis {settings.redis_url} (key prefix '{lonely.key_prefix}')" in done.stderr
+    assert "pass --local to run the plan in this process" in done.stderr
     assert "will execute locally" not in done.stderr and "require_workers=" not in done.stderr
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -238,3 +239,30 @@ def test_bound_wider_it_needs_credentials_and_then_checks_them(
         assert _get(url + "/api/runs", ("admin", "wrong")) == 401
         assert _get(url + "/api/runs", ("admin", "s3cret")) == 200
         assert _get(url + "/api/runs/nope/timeline.svg", ("admin", "s3cret")) == 404
+
+
+def test_with_redis_down_the_page_says_so_and_the_log_holds_no_traceback(
+    settings: Settings, tmp_path: Path, browser: Any
+) -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    down = settings.model_copy(update={"redis_url": nowhere})
+    log_path = tmp_path / "down.log"
+    with serving(down, log_path) as url:
+        for path in ("/api/workers", "/api/runs", "/api/runs/abc", "/api/runs/abc/timeline.svg"):
+            request = urllib.request.Request(url + path)
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(request, timeout=10)
+            assert caught.value.code == 503, path
+            said = json.loads(caught.value.read())["error"]
+            assert said.startswith(f"Redis unreachable at {nowhere}: "), said
+        browser.get(url + "/")
+        assert wait_for(
+            lambda: "Redis unreachable at" in browser.find_element("id", "updated").text, 20, 0.2
+        ), browser.find_element("id", "updated").text
+        time.sleep(2)  # the page polls once a second meanwhile
+    log = log_path.read_text()
+    assert "Traceback" not in log and "500" not in log, log
+    lines = [line for line in log.splitlines() if "Redis unreachable at" in line]
+    # one at start, one noted by the server for the first failed request: not one a request
+    assert len(lines) == 2, log
+    assert lines[0].endswith("the page says so until it answers"), lines

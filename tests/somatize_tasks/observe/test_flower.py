@@ -130,16 +130,12 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     def seen_all() -> bool:
         tasks = _tasks_of_run(flower, run.id).values()
         names = [t["name"] for t in tasks if t.get("worker") and t.get("state") == "SUCCESS"]
-        shown = [
-            n
-            for name in names
-            if name.startswith("node:")
-            for n in name.removeprefix("node:").split("+")
-        ]
+        shown = [n for name in names if name.startswith("node:") for n in _named_nodes(name)]
         return (
             len(shown) >= len(status.nodes)
             and any(n.startswith("transfer:upload ") for n in names)
             and any(n.startswith("transfer:download ") for n in names)
+            and all(n.endswith(f" run:{run.id[:6]}") for n in names)
         )
 
     assert wait_for(seen_all, 20, 0.3), sorted(
@@ -154,7 +150,9 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
 
     nodes = [t for t in tasks if t["name"].startswith("node:")]
     # A fused chain or a batch of blocks is one message: node:a+b.
-    shown_nodes = {n: t for t in nodes for n in t["name"].removeprefix("node:").split("+")}
+    shown_nodes = {n: t for t in nodes for n in _named_nodes(t["name"])}
+    # The name says which run the row belongs to: node:rt_make run:1a2b3c.
+    assert all(t["name"].endswith(f" run:{run.id[:6]}") for t in nodes)
     assert set(shown_nodes) == set(node_workers), [t["name"] for t in nodes]
     for node_id, task in shown_nodes.items():
         assert _fields(task["kwargs"])["run"] == run.id
@@ -164,11 +162,14 @@ def test_node_and_transfer_tasks_show_readably_on_their_workers(
     for record in crossing:
         route = f"{record['from_node']} {record['from_worker']}->{record['to_worker']}"
         label = f"run={run.id} node={route}"
+        tag = f"run:{run.id[:6]}"
         upload = [
-            t for t in tasks if t["name"] == f"transfer:upload {route}" and t["args"] == label
+            t for t in tasks if t["name"] == f"transfer:upload {route} {tag}" and t["args"] == label
         ]
         download = [
-            t for t in tasks if t["name"] == f"transfer:download {route}" and t["args"] == label
+            t
+            for t in tasks
+            if t["name"] == f"transfer:download {route} {tag}" and t["args"] == label
         ]
         assert upload and download, (label, [(t["name"], t["args"]) for t in tasks])
         assert all(t["worker"].startswith(f"{record['from_worker']}@") for t in upload)
@@ -205,10 +206,15 @@ def test_the_task_list_page_names_nodes(
             for row in page["data"]
             if f"run={run.id}" in f"{row.get('args')} {row.get('kwargs')}"
             and row["name"].startswith("node:")
-            for node in row["name"].removeprefix("node:").split("+")
+            for node in _named_nodes(row["name"])
         }
 
     assert wait_for(lambda: wanted <= listed(), 20, 0.3), (wanted, listed())
+
+
+def _named_nodes(name: str) -> list[str]:
+    """``node:a+b run:1a2b3c`` -> ["a", "b"]."""
+    return name.removeprefix("node:").rsplit(" run:", 1)[0].split("+")
 
 
 def _fields(shown: str) -> dict[str, str]:
