@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from typing import Any
 
 import pytest
 
 from scheduler import load_plan_document
-from somatize_tasks.authoring import build, loop, op, remote, stream
+from somatize_tasks.authoring import branch, build, loop, op, remote, stream
 from somatize_tasks.errors import PlanBuildError
+from somatize_tasks.examples import nodes as ex
 from somatize_tasks.runtime.producer.local import run_local
 from testkit.nodes import run_nodes, soma_nodes
 from tests.somatize_tasks.authoring.cases import Case, cases
@@ -109,3 +111,22 @@ def test_graph_false_writes_the_bare_plan_soma_compiles() -> None:
         "Sequence": [{"Execute": {"node_id": "sm_inc"}}, {"Execute": {"node_id": "sm_times10"}}]
     }
     assert run_local(built, input=1).output == 20.0
+
+
+def test_the_bundled_example_pipeline_built_in_python_is_its_json_file() -> None:
+    plan = (op(ex.load) >> ex.normalize).to(
+        [remote(ex.train_svm, tag="gpu"), ex.train_knn]
+    ).collect(ex.evaluate) >> branch(
+        ex.good_enough,
+        {
+            "yes": ex.export,
+            "no": loop(
+                "tune",
+                op(ex.adjust) >> ex.retrain >> ex.check,
+                max_iterations=5,
+                carry_from=ex.retrain,
+            ),
+        },
+    )
+    text = resources.files("somatize_tasks.examples").joinpath("pipeline.plan.json").read_text()
+    assert build(plan).to_wire() == json.loads(text)
