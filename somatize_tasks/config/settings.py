@@ -140,9 +140,9 @@ class Settings(BaseSettings):
     max_concurrent: Annotated[int | None, Field(ge=1)] = None
     gpu: bool | None = None
     nodes: CommaList = Field(default_factory=list)
-    # Module prefixes whose classes a Soma bundle's class_path may name here
-    # (somatize_tasks/catalog/classes.py); empty: none.
     allowed_modules: CommaList = Field(default_factory=list)
+    """module prefixes whose classes a Soma bundle's class_path may name here
+    (comma-separated; a prefix allows its submodules); empty: none"""
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

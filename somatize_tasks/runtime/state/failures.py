@@ -17,7 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import Redis
+
 from somatize_tasks.runtime.compile.values import Expr
+from somatize_tasks.runtime.state.outbox_state import compact_json
+from somatize_tasks.runtime.state.run_state import DONE
+from somatize_tasks.runtime.state.seal import Seal
 
 _NODE = "__somatize_node__"
 _STARTED = "__somatize_started__"
@@ -66,3 +71,46 @@ def failed_node(exc: BaseException) -> str | None:
     """The node a tagged exception names (None: untagged)."""
     found = getattr(exc, _NODE, None)
     return found if isinstance(found, str) else None
+
+
+class FailureState:
+    """Mixed into :class:`~somatize_tasks.runtime.state.redis_state.RedisRunState`: what
+    a failed task's other nodes did, recorded as their own completions would be."""
+
+    client: Redis[bytes]
+    seal: Seal
+    ttl_s: int
+    nodes: str
+    done: str
+    latest_outputs: str
+
+    def record_finished(
+        self, times: dict[str, list[float]], outputs: dict[str, Expr], worker_id: str, epoch: int
+    ) -> None:
+        pipe = self.client.pipeline()
+        statuses: dict[str | bytes, bytes | float | int | str] = {
+            node_id: compact_json(
+                {
+                    "state": DONE,
+                    "worker": worker_id,
+                    "epoch": epoch,
+                    "started_at": started,
+                    "ended_at": ended,
+                }
+            )
+            for node_id, (started, ended) in times.items()
+        }
+        pipe.hset(self.nodes, mapping=statuses)
+        pipe.sadd(self.done, *times)
+        if outputs:
+            latest: dict[str | bytes, bytes | float | int | str] = {
+                n: self.seal.close(f"latest:{n}", e) for n, e in outputs.items()
+            }
+            pipe.hset(self.latest_outputs, mapping=latest)
+            pipe.expire(self.latest_outputs, self.ttl_s)
+        pipe.expire(self.done, self.ttl_s)
+        pipe.execute()
+
+    def forget_nodes(self, nodes: list[str]) -> None:
+        if nodes:
+            self.client.hdel(self.nodes, *nodes)

@@ -29,11 +29,11 @@ from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.lua import registered
 from somatize_tasks.runtime.compile.values import Expr
 from somatize_tasks.runtime.state.archive import FIELDS, fold_logs
+from somatize_tasks.runtime.state.failures import FailureState
 from somatize_tasks.runtime.state.history import MAX_EVENTS, history_key
 from somatize_tasks.runtime.state.outbox_state import OutboxState, compact_json
 from somatize_tasks.runtime.state.repair_state import RepairState
 from somatize_tasks.runtime.state.run_state import (
-    DONE,
     FINAL_STATES,
     RUNNING,
     LeafResult,
@@ -48,7 +48,7 @@ from somatize_tasks.workers.reservations import reservation_keys
 WARNING_PREFIX = "warn:"
 
 
-class RedisRunState(StartState, OutboxState, RepairState):
+class RedisRunState(StartState, FailureState, OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
 
     def __init__(
@@ -274,33 +274,6 @@ class RedisRunState(StartState, OutboxState, RepairState):
             self._into_outbox(pipe, status["block"], status["epoch"], status["task_id"])
         pipe.execute()
 
-    def record_finished(
-        self, times: dict[str, list[float]], outputs: dict[str, Expr], worker_id: str, epoch: int
-    ) -> None:
-        pipe = self.client.pipeline()
-        statuses: dict[str | bytes, bytes | float | int | str] = {
-            node_id: compact_json(
-                {
-                    "state": DONE,
-                    "worker": worker_id,
-                    "epoch": epoch,
-                    "started_at": started,
-                    "ended_at": ended,
-                }
-            )
-            for node_id, (started, ended) in times.items()
-        }
-        pipe.hset(self.nodes, mapping=statuses)
-        pipe.sadd(self.done, *times)
-        if outputs:
-            latest: dict[str | bytes, bytes | float | int | str] = {
-                n: self.seal.close(f"latest:{n}", e) for n, e in outputs.items()
-            }
-            pipe.hset(self.latest_outputs, mapping=latest)
-            pipe.expire(self.latest_outputs, self.ttl_s)
-        pipe.expire(self.done, self.ttl_s)
-        pipe.execute()
-
     def add_warning(self, key: str, message: str) -> None:
         """Kept in the run's meta (``warn:<key>``), so it lives and ends with the run."""
         self.client.hset(self.meta, f"{WARNING_PREFIX}{key}", message)
@@ -309,10 +282,6 @@ class RedisRunState(StartState, OutboxState, RepairState):
         """The warnings the run raised while running, in key order."""
         found = dict(self.client.hscan_iter(self.meta, match=f"{WARNING_PREFIX}*", count=100))
         return [found[k].decode() for k in sorted(found)]
-
-    def forget_nodes(self, nodes: list[str]) -> None:
-        if nodes:
-            self.client.hdel(self.nodes, *nodes)
 
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
