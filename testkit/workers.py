@@ -68,6 +68,53 @@ def wait_idle(settings: Settings, timeout_s: float = 10.0) -> None:
     assert wait_for(lambda: all(w.info.active_jobs == 0 for w in registry.live()), timeout_s)
 
 
+def celery_args_for(concurrency: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """The Celery arguments every test worker gets (a small pool, no mingle or gossip)."""
+    return [
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "info",
+        "--without-mingle",
+        "--without-gossip",
+        *extra,
+    ]
+
+
+def worker_argv(
+    worker_id: str, *, nodes: str = TEST_NODES, tags: str = "", options: tuple[str, ...] = ()
+) -> list[str]:
+    """``somatize-tasks worker`` run by this Python, before Celery's own arguments."""
+    return [
+        sys.executable,
+        "-c",
+        "from somatize_tasks.cli import main; main()",
+        "worker",
+        "--worker-id",
+        worker_id,
+        "--nodes",
+        nodes,
+        *(("--tags", tags) if tags else ()),
+        *options,
+    ]
+
+
+def wait_live(worker: WorkerProcess, settings: Settings, timeout_s: float = 60.0) -> None:
+    """Until ``worker`` heartbeats and its consumer is ready; its log in the error if not."""
+    registry = Registry.from_settings(settings)
+
+    def live() -> bool:
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"worker {worker.worker_id} exited:\n{worker.log()}")
+        return any(seen.info.id == worker.worker_id for seen in registry.live())
+
+    if not wait_for(live, timeout_s, 0.1):
+        worker.stop()
+        raise RuntimeError(f"worker {worker.worker_id} never heartbeat:\n{worker.log()}")
+    # The heartbeat starts with the pool; wait for the consumer too.
+    wait_for(lambda: " ready." in worker.log(), timeout_s, 0.1)
+
+
 @dataclass
 class WorkerFactory:
     """Starts worker processes for a test session; :meth:`close` kills them all."""
@@ -99,44 +146,18 @@ class WorkerFactory:
         log_path = self.log_dir / f"{worker_id}.log"
         env = {**os.environ, **self.settings.to_env()}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
-        celery_tail = [
-            "--concurrency",
-            str(concurrency),
-            "--loglevel",
-            "info",
-            "--without-mingle",
-            "--without-gossip",
-            *celery_args,
-        ]
+        celery_tail = celery_args_for(concurrency, celery_args)
         if plain:
             # Plain `celery -A somatize_tasks worker`: everything from the environment.
             env.update(
                 SOMATIZE_WORKER_ID=worker_id, SOMATIZE_WORKER_TAGS=tags, SOMATIZE_NODES=nodes
             )
-            command = [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "somatize_tasks",
-                "worker",
-                *celery_tail,
-            ]
+            command = [sys.executable, "-m", "celery", "-A", "somatize_tasks", "worker"]
+            command += celery_tail
         else:
             env.pop("SOMATIZE_WORKER_ID", None)
-            command = [
-                sys.executable,
-                "-c",
-                "from somatize_tasks.cli import main; main()",
-                "worker",
-                "--worker-id",
-                worker_id,
-                "--nodes",
-                nodes,
-                *(("--tags", tags) if tags else ()),
-                *options,
-                *celery_tail,
-            ]
+            command = worker_argv(worker_id, nodes=nodes, tags=tags, options=options)
+            command += celery_tail
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 command,
@@ -153,18 +174,7 @@ class WorkerFactory:
         return worker
 
     def wait_live(self, worker: WorkerProcess, timeout_s: float = 60.0) -> None:
-        registry = Registry.from_settings(self.settings)
-
-        def live() -> bool:
-            if worker.proc.poll() is not None:
-                raise RuntimeError(f"worker {worker.worker_id} exited:\n{worker.log()}")
-            return any(seen.info.id == worker.worker_id for seen in registry.live())
-
-        if not wait_for(live, timeout_s, 0.1):
-            worker.stop()
-            raise RuntimeError(f"worker {worker.worker_id} never heartbeat:\n{worker.log()}")
-        # The heartbeat starts with the pool; wait for the consumer too.
-        wait_for(lambda: " ready." in worker.log(), timeout_s, 0.1)
+        wait_live(worker, self.settings, timeout_s)
 
     def close(self) -> None:
         for worker in self.started:
