@@ -1,4 +1,5 @@
-"""Three hosts that share nothing but a network, started once per session.
+"""Three hosts that share nothing but a network, started once for this folder's tests
+(package scope: they are gone before the rest of the suite runs).
 
 - ``host_cluster``: a :class:`~testkit.hosts.HostCluster` of hosts ``a``, ``b``,
   ``c`` (network namespaces on a bridge, 1 Gbit/s links, a private ``/dev/shm``
@@ -24,7 +25,7 @@ from testkit.hosts import HostCluster, unavailable_reason
 from tests.multihost.fleet import HOSTS, HostWorkers
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def host_cluster() -> Iterator[HostCluster]:
     reason = unavailable_reason()
     if reason is not None:
@@ -33,13 +34,13 @@ def host_cluster() -> Iterator[HostCluster]:
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mh_settings(host_cluster: HostCluster) -> Settings:
     # A stalled transfer is sent again after 10 s (60 s by default): partitions end sooner.
     return host_cluster.settings(reroute_grace_s=3.0, transfer_stall_s=10.0)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hosts(host_cluster: HostCluster, mh_settings: Settings) -> HostWorkers:
     workers = HostWorkers(host_cluster, mh_settings)
     workers.start(HOSTS)
