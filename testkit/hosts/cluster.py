@@ -45,6 +45,8 @@ class HostCluster:
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"host names must be distinct and at least one: {list(names)}")
         self.names = ClusterNames()
+        for name in names:
+            self.names.netns(name)  # a bad host name is refused here, before anything is built
         self.host_names = list(names)
         self.rate = rate
         self.key_prefix = f"mh{uuid.uuid4().hex[:8]}"

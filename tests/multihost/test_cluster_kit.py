@@ -20,6 +20,7 @@ from testkit.hosts import HostCluster, sweep_leftovers, unavailable_reason
 from testkit.hosts.names import IFNAME_MAX, ClusterNames
 from testkit.hosts.network import rate_bytes_per_s
 from testkit.hosts.shell import sh
+from testkit.services import wait_for
 from testkit.workers import REPO
 
 pytestmark = pytest.mark.multihost
@@ -93,7 +94,9 @@ def test_cut_heal_isolate_and_rejoin_do_what_they_say(pair: HostCluster) -> None
     cut = probes(pair)
     assert "open" not in cut.values(), cut
     pair.heal("p")
-    assert probes(pair) == everything
+    # As after a cable plugged back: the host relearns its neighbours' addresses (ARP)
+    # first, and until then a connection may fail at once (EHOSTUNREACH).
+    assert wait_for(lambda: probes(pair) == everything, 15), probes(pair)
     pair.isolate("p", peers=True, s3=True, redis=False)
     assert probes(pair) == {"redis": "open", "s3": "timeout", "peer": "timeout"}
     pair.rejoin("p")

@@ -4,6 +4,7 @@ and seen to cross through S3: hosts share no directory to cross through."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
@@ -22,12 +23,17 @@ LARGE_MB = 12  # over the 8 MiB multipart threshold: uploaded in parts
 
 
 def s3_size(cluster: HostCluster, settings: Settings, run_id: str, node_id: str) -> int | None:
-    """The size of a node's value in the cluster's bucket, None if it is not there."""
+    """The size of a node's value in the cluster's bucket (the key of any attempt at it:
+    ``<run>/<node>/0`` or ``<run>/<node>/0.<attempt>``), None if it is not there."""
     client = cluster.s3.client()
     key = f"{settings.s3_prefix}/{run_id}/{node_id}/0"
     listed = client.list_objects_v2(Bucket=cluster.s3.bucket, Prefix=key)  # type: ignore[attr-defined]
-    sizes = [item["Size"] for item in listed.get("Contents", []) if item["Key"] == key]
-    return sizes[0] if sizes else None
+    sizes = [
+        item["Size"]
+        for item in listed.get("Contents", [])
+        if item["Key"] == key or re.fullmatch(rf"{re.escape(key)}\.\d+", item["Key"])
+    ]
+    return max(sizes) if sizes else None
 
 
 def test_an_inline_value_crosses_inside_the_message(
