@@ -31,8 +31,9 @@ def sh(argv: Sequence[str], *, check: bool = True, timeout_s: float = 30.0) -> s
 def unavailable_reason() -> str | None:
     """Why no host cluster can be built on this machine, or None when one can.
 
-    Checked once per process: root, the tools, then a real namespace made and
-    removed (a container without CAP_SYS_ADMIN has ``ip`` yet cannot use it)."""
+    Checked once per process: root, the tools, then a small host really built and
+    removed (a container without CAP_NET_ADMIN or CAP_SYS_ADMIN has ``ip`` yet cannot
+    use it)."""
     if os.name != "posix" or not os.path.isdir("/proc/self/ns"):
         return "a host cluster needs Linux namespaces"
     if os.geteuid() != 0:
@@ -40,12 +41,29 @@ def unavailable_reason() -> str | None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"a host cluster needs {', '.join(missing)} (apt install iproute2 util-linux)"
+    return _probe()
+
+
+def _probe() -> str | None:
+    """Build what a cluster needs once, in miniature: a namespace, a veth pair into it, a
+    tmpfs mounted in a mount namespace of its own. None when all of it works."""
     probe = f"smhprobe{uuid.uuid4().hex[:6]}"
+    steps = (
+        ["ip", "netns", "add", probe],
+        ["ip", "link", "add", probe, "type", "veth", "peer", "name", "eth0", "netns", probe],
+        [
+            *("ip", "netns", "exec", probe, "unshare", "--mount", "--propagation", "private"),
+            *("mount", "-t", "tmpfs", "tmpfs", "/dev/shm"),
+        ],
+    )
     try:
-        sh(["ip", "netns", "add", probe])
+        for step in steps:
+            sh(step)
     except (HostCommandError, OSError, subprocess.SubprocessError) as exc:
-        return f"cannot create a network namespace here: {exc}"
-    sh(["ip", "netns", "del", probe], check=False)
+        return f"cannot build a host here: {exc}"
+    finally:
+        sh(["ip", "link", "del", probe], check=False)
+        sh(["ip", "netns", "del", probe], check=False)
     return None
 
 
