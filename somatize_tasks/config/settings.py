@@ -100,6 +100,7 @@ class Settings(BaseSettings):
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
     max_node_deaths: Annotated[int, Field(ge=1)] = 3
     transfer_stall_s: Annotated[float, Field(gt=0)] = 60.0
+    max_transfer_stalls: Annotated[int, Field(ge=1)] = 3
     reaper_enabled: bool = True
     fuse_chains: bool = True
     dispatch_batch_max: Annotated[int, Field(ge=1)] = 64

@@ -103,6 +103,7 @@ max_node_deaths: a node whose worker (or worker process) died while running it t
     fails its run (`KilledWorkerError`) instead of being re-run again;
     `submit_plan(max_node_deaths=...)` overrides it per run
 transfer_stall_s: a block waiting longer than this for its transfers is dispatched again
+max_transfer_stalls: a block whose transfers never came this many times fails its run
 reaper_enabled: whether workers stand for election as the cluster's reaper (they sweep their own
     caches either way)
 fuse_chains: run consecutive same-worker Executes of a Sequence as one task

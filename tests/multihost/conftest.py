@@ -37,7 +37,7 @@ def host_cluster() -> Iterator[HostCluster]:
 @pytest.fixture(scope="package")
 def mh_settings(host_cluster: HostCluster) -> Settings:
     # A stalled transfer is sent again after 10 s (60 s by default): partitions end sooner.
-    return host_cluster.settings(reroute_grace_s=3.0, transfer_stall_s=10.0)
+    return host_cluster.settings(reroute_grace_s=3.0, transfer_stall_s=10.0, max_transfer_stalls=2)
 
 
 @pytest.fixture(scope="package")

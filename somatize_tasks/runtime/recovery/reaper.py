@@ -225,12 +225,15 @@ class _Repair:
         stranded = checks.stranded(nodes, self.alive)
         orphaned = self.reaper.orphans.orphaned(self.run_id, nodes, set(self.live))
         stall_before = time.time() - self.settings.transfer_stall_s
-        starved, lost_sources = checks.starved(self.state, nodes, self.alive, stall_before)
+        hungry = checks.starved(self.state, nodes, self.alive, stall_before)
+        starved = hungry.blocks
         if not stranded and not orphaned and not starved:
             return False
         if self._killed_too_often(nodes, [*stranded, *orphaned], max_deaths, hard_limit_s):
             return True
-        dead = {nodes[n]["worker"] for n in stranded} | lost_sources
+        if self._stalled_too_often(nodes, hungry.waited):
+            return True
+        dead = {nodes[n]["worker"] for n in stranded} | hungry.sources
         try:
             program = self._program(dead)
         except StrandedError as exc:
@@ -249,6 +252,23 @@ class _Repair:
             f"; orphaned: {', '.join(sorted(orphaned))}" if orphaned else "",
         )
         return True
+
+    def _stalled_too_often(self, nodes: checks.Nodes, waited: set[tuple[int, int]]) -> bool:
+        """Count each block's waits that ran out; fail the run when one reached
+        ``max_transfer_stalls`` (``checks.stalled_too_often``)."""
+        for bid, epoch in sorted(waited):
+            times = self.state.count_stall(bid, epoch)
+            failure = checks.stalled_too_often(
+                nodes,
+                (bid, epoch),
+                times,
+                self.settings.max_transfer_stalls,
+                self.settings.transfer_stall_s,
+            )
+            if failure is not None:
+                self._fail(failure)
+                return True
+        return False
 
     def _program(self, dead: set[str]) -> Program | None:
         """The program to dispatch with: dead workers' nodes moved, else as it is now

@@ -55,17 +55,29 @@ def stranded(nodes: Nodes, alive: Container[str]) -> list[str]:
     ]
 
 
+@dataclass
+class Starved:
+    """Blocks waiting for their transfers that must go out again: ``blocks`` (all),
+    ``waited`` (those that waited too long), ``sources`` (their dead source workers)."""
+
+    blocks: set[tuple[int, int]]
+    waited: set[tuple[int, int]]
+    sources: set[str]
+
+
 def starved(
     state: RedisRunState, nodes: Nodes, alive: Container[str], stall_before: float
-) -> tuple[set[tuple[int, int]], set[str]]:
+) -> Starved:
     """Blocks waiting for a transfer whose source worker died, or for too long
     (queued before ``stall_before``), and the dead source workers.
 
     A transfer chain whose message was lost (its source died before the
     upload ran, a download found nothing) would leave its block waiting
-    forever; past ``transfer_stall_s`` the block is dispatched again.
+    forever; past ``transfer_stall_s`` the block is dispatched again (and
+    :func:`stalled_too_often` ends the run when that keeps happening).
     """
     found: set[tuple[int, int]] = set()
+    waited: set[tuple[int, int]] = set()
     sources: set[str] = set()
     for status in nodes.values():
         if status.get("waiting_for") != "transfers" or status.get("state") != "pending":
@@ -75,6 +87,7 @@ def starved(
             continue
         if status.get("queued_at", stall_before) < stall_before:
             found.add(key)
+            waited.add(key)
             continue
         handled = set(status.get("avoiding", ()))  # re-dispatched around these already
         for ref in refs_in(state.load_input(*key)):
@@ -87,7 +100,30 @@ def starved(
             ):
                 found.add(key)
                 sources.add(source)
-    return found, sources
+    return Starved(found, waited, sources)
+
+
+def stalled_too_often(
+    nodes: Nodes, key: tuple[int, int], times: int, limit: int, stall_s: float
+) -> Failure | None:
+    """A block whose transfers never came ``limit`` times in a row (say its worker
+    reaches Redis but not the object store, whose packets vanish): without this,
+    each re-dispatch meets the same fate and the run waits forever."""
+    if times < limit:
+        return None
+    bid, epoch = key
+    names = sorted(
+        n for n, s in nodes.items() if s.get("block") == bid and s.get("epoch", 0) == epoch
+    )
+    worker = next((nodes[n].get("worker") for n in names if nodes[n].get("worker")), None)
+    return Failure(
+        names[0] if names else None,
+        worker,
+        f"node(s) {', '.join(names)} on worker '{worker}' waited for their inputs "
+        f"{times} times {stall_s:g} s and the transfers never arrived: check that the "
+        "worker reaches the object store (SOMATIZE_S3_ENDPOINT_URL) and the other workers",
+        "TransferStalled",
+    )
 
 
 def stalled(

@@ -38,6 +38,14 @@ class RepairState:
         pipe.expire(self.results, self.ttl_s)
         pipe.execute()
 
+    def count_stall(self, bid: int, epoch: int) -> int:
+        """One more time block ``bid`` (pass ``epoch``) waited in vain for its
+        transfers; how many times so far (kept with the working state)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(self.results, f"stall:{bid}:{epoch}", 1)
+        pipe.expire(self.results, self.ttl_s)
+        return int(pipe.execute()[0])
+
     def await_recompute(self, bid: int, epoch: int, producers: list[tuple[int, int]]) -> None:
         """Block ``bid`` waits until each producer (block, epoch) has run again."""
         self._working({f"rn:{bid}:{epoch}": len(producers)})
