@@ -132,7 +132,9 @@ def test_a_node_that_raises_fails_the_run_with_its_traceback() -> None:
 
 def test_a_node_missing_from_the_catalog_is_named() -> None:
     error = error_of(ex("no_such_node"))
-    assert "no_such_node" in error["message"] and "rt_add" in error["message"]
+    # What the catalog holds is listed (cut after a few dozen names: which names
+    # depends on the catalog modules this session imported).
+    assert "no_such_node" in error["message"] and "it holds: " in error["message"]
 
 
 def test_the_example_pipeline_runs_to_an_export_or_a_tuned_model() -> None:
