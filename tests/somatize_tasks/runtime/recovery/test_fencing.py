@@ -31,7 +31,7 @@ from testkit.workers import WorkerFactory, WorkerProcess
 
 pytestmark = pytest.mark.slow
 #: Runs per case (the issue's bar is 20; ``FENCE_ROUNDS=20`` runs that many).
-ROUNDS = int(os.environ.get("FENCE_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("FENCE_ROUNDS", "1"))
 #: Numbers ``fence_draw`` returns: 4 ride inline, 300 go through the store.
 SIZES = {"inline": 4, "stored": 300}
 
