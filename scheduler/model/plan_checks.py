@@ -129,6 +129,4 @@ def _loop_problems(node: Loop, here: str, known: set[str]) -> list[FieldProblem]
                 "which is not a node of the plan",
             )
         )
-    if next(node.body.iter_node_ids(), None) is None:
-        problems.append(FieldProblem(f"{here}.body", f"Loop '{node.node_id}' has an empty body"))
     return problems

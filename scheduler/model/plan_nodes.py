@@ -279,11 +279,13 @@ class Composite(Variant):
 
 
 class Stream(Variant):
-    """Nodes applied chunk by chunk (``chunk_size`` items at a time), in order."""
+    """Nodes applied chunk by chunk (``chunk_size`` items at a time), in order.
+
+    A ``chunk_size`` of 0 is one chunk: the whole input (Soma's ``chunk_value``)."""
 
     tag: ClassVar[str] = "Stream"
     node_ids_: list[NodeId] = Field(alias="node_ids", min_length=1)
-    chunk_size: Annotated[int, Field(gt=0)]
+    chunk_size: Annotated[int, Field(ge=0)]
 
     def own_ids(self) -> list[str]:
         return list(self.node_ids_)

@@ -96,6 +96,16 @@ class RunningTotal:
         return out
 
 
+@node("sm_evolving_trained", stream="evolving")
+class TrainedRunningTotal(RunningTotal):
+    """Trainable (it learns a starting total), evolving: never fitted, it starts from None."""
+
+    _kind = "trainable"
+
+    def fit(self, x: Any, y: Any = None) -> list[float]:  # type: ignore[override]
+        return [float(sum(x))]
+
+
 @node("sm_barrier", stream="barrier")
 def normalise_all(x: Any) -> list[float]:
     """A barrier: sees the whole stream at once."""

@@ -37,7 +37,11 @@ INVALID: list[tuple[Any, str, str]] = [
         "Branch.arms[1]",
         "two arms labelled 'x'",
     ),
-    ({"Stream": {"node_ids": ["a"], "chunk_size": 0}}, "Stream.chunk_size", "greater than 0"),
+    (
+        {"Stream": {"node_ids": ["a"], "chunk_size": -1}},
+        "Stream.chunk_size",
+        "greater than or equal to 0",
+    ),
     (
         {"Loop": {"node_id": "l", "body": ex("a"), "max_iterations": -1}},
         "Loop.max_iterations",
@@ -88,7 +92,7 @@ def test_duplicate_id_error_names_the_id_and_both_places() -> None:
 
 
 def test_every_problem_is_reported_not_just_the_first() -> None:
-    wire = {"Sequence": [{"Execute": {}}, {"Stream": {"node_ids": ["a"], "chunk_size": 0}}]}
+    wire = {"Sequence": [{"Execute": {}}, {"Stream": {"node_ids": ["a"], "chunk_size": -1}}]}
     with pytest.raises(PlanValidationError) as caught:
         ExecutionPlan.model_validate(wire)
     assert [p.path for p in caught.value.problems] == [

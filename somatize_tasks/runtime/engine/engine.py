@@ -142,8 +142,25 @@ class Engine:
         if node.cap == 0:
             self.complete(block.index, epoch, seed)
             return
+        if next(node.body.iter_node_ids(), None) is None:
+            self._empty_body_loop(block, epoch, seed)
+            return
         pass_epoch = self.state.new_epoch(block.index, epoch, 1)
         self.start(block.children[0], pass_epoch, seed)
+
+    def _empty_body_loop(self, block: Block, epoch: int, seed: Expr) -> None:
+        """A body with no nodes changes nothing, so every pass is the first: the loop
+        passes its input through (or ``carry_from``'s value), and a condition node
+        that never produced a value fails it, as Soma's loop does on its first pass."""
+        node = block.node
+        assert isinstance(node, Loop)
+        carried = self._advance_carry(node)
+        try:
+            self._signals_stop(node, 1)
+        except ControlFlowError as exc:
+            self.fail(block, exc, "dispatcher")
+            return
+        self.complete(block.index, epoch, seed if carried is None else carried)
 
     # --- completions -----------------------------------------------------------------
 

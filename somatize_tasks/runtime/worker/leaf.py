@@ -233,7 +233,7 @@ class _BlockRun:
                 "without the stream first, then run it forward with those states"
             )
         chain = [(n, bound[n]) for n in nodes]
-        output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.state_for)
+        output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.stream_state)
         self.raw[nodes[-1]] = output
         self.keep(nodes[-1], self.store_value(nodes[-1], output))
 
@@ -277,6 +277,12 @@ class _BlockRun:
             self._labels = None if labels is None else materialize(labels, self._fetch)
             self._labels_read = True
         return self._labels
+
+    def stream_state(self, node_id: str, bound: BoundNode) -> Any:
+        """A stream node's starting state: the run's, or None (Soma's ``Value::Empty``)
+        when it was never fitted, in every stream mode, where a plain forward fails."""
+        expr = self.program.states.get(node_id)
+        return None if expr is None else materialize(expr, self._fetch)
 
     def state_for(self, node_id: str, bound: BoundNode) -> Any:
         """The state a forward uses: the run's, or None for what learns nothing."""

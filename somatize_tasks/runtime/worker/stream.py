@@ -2,7 +2,10 @@
 
 - Only a numeric array is cut into chunks of ``chunk_size`` rows along its
   first dimension: a NumPy array, or a list of numbers or of equally long
-  numeric rows (what Soma holds as a tensor). Anything else is one chunk.
+  numeric rows (what Soma holds as a tensor). Anything else is one chunk,
+  and so is everything when ``chunk_size`` is 0 (Soma's ``chunk_value``).
+- A node starts from the state the run holds for it, or from ``None``
+  (Soma's ``Value::Empty``) when it was never fitted, whatever its mode.
 - Each node keeps its stream mode: ``fixed_state`` forwards every chunk
   with its state; ``evolving`` takes each chunk's output as the state for
   the next chunk; ``barrier`` holds every chunk that reaches it and, at the
@@ -109,8 +112,9 @@ def _is_number(value: Any) -> bool:
 
 
 def split_rows(value: Any, chunk_size: int) -> list[Any]:
-    """``chunk_size`` rows at a time for a numeric array; anything else is one chunk."""
-    if not is_numeric_array(value):
+    """``chunk_size`` rows at a time for a numeric array; anything else is one chunk,
+    and a ``chunk_size`` of 0 is one chunk too."""
+    if chunk_size <= 0 or not is_numeric_array(value):
         return [value]
     return [value[start : start + chunk_size] for start in range(0, len(value), chunk_size)]
 

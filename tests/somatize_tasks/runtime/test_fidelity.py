@@ -94,6 +94,27 @@ def test_a_loop_with_zero_passes_outputs_its_input() -> None:
     assert done(loop(ex("sm_inc"), max_iterations=0), input=7).output == 7
 
 
+@pytest.mark.parametrize("until", [{"type": "Exhaust"}, {"type": "BodyTerminal"}])
+def test_a_loop_with_an_empty_body_passes_its_input_through(until: dict[str, Any]) -> None:
+    # Soma's loop seeds its node with its input and runs nothing, 100 times (a null cap).
+    plan = seq(ex("sm_inc"), loop("Empty", max_iterations=None, until=until))
+    assert done(plan, input=7).output == 8
+    assert done(plan, input=7, predecessors={"sm_inc": [], "l": ["sm_inc"]}).output == 8
+
+
+def test_an_empty_body_loop_reads_its_carry_and_its_condition_as_soma() -> None:
+    carried = seq(ex("sm_inc"), ex("sm_times10"), loop("Empty", carry_from="sm_inc"))
+    preds = {"sm_inc": [], "sm_times10": ["sm_inc"], "l": ["sm_times10"]}
+    assert done(carried, input=1, predecessors=preds).output == 2  # the carry, not 20
+    never = seq(
+        ex("sm_inc"),
+        loop("Empty", until={"type": "WhenSignaled", "node": "sm_signal_first"}),
+        ex("sm_signal_first"),
+    )
+    error = failed(never, input=1)
+    assert "'sm_signal_first' produced no output" in error["message"]
+
+
 # --- branches and steps ----------------------------------------------------------------
 
 
@@ -265,6 +286,24 @@ def test_fixed_state_uses_its_state_for_every_chunk() -> None:
 
 def test_evolving_passes_each_chunks_output_on_as_the_next_state() -> None:
     assert done(stream("sm_evolving"), input=[1, 2, 3, 4, 5]).output == [1, 3, 6, 10, 15]
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"), [("sm_fixed", [1.0, 2.0, 3.0]), ("sm_evolving_trained", [1, 3, 6])]
+)
+def test_a_stream_node_never_fitted_starts_from_an_empty_state(
+    node: str, expected: list[float]
+) -> None:
+    # Soma's base_state is Value::Empty when the catalog holds no state, in every mode.
+    assert done(stream(node), input=[1, 2, 3], mode="forward").output == expected
+    # Outside a stream the same node still needs its state.
+    assert failed(ex(node), input=[1], mode="forward")["type"] == "MissingStateError"
+
+
+@pytest.mark.parametrize("rows", [[1, 2, 3, 4, 5], np.arange(5.0), "text"])
+def test_a_chunk_size_of_zero_is_one_chunk(rows: Any) -> None:
+    output = done(stream("sm_count_chunk", chunk_size=0), input=rows).output
+    assert (output == {"whole": "text"}) if isinstance(rows, str) else (list(output) == [5])
 
 
 def test_a_barrier_sees_the_whole_input_at_the_flush() -> None:

@@ -119,6 +119,23 @@ def test_a_loop_with_no_cap_whose_signal_never_stops_ends_after_100_passes(
     assert any("100 passes" in w for w in run.warnings)
 
 
+def test_somas_last_executor_rules_hold_on_workers(
+    settings: Settings, two_workers: Workers
+) -> None:
+    """An unfitted stream node starts from None (Soma's Value::Empty) in both modes, a
+    chunk_size of 0 is one chunk, and a Loop with an empty body passes its input on."""
+    empty_loop = {"Loop": {"node_id": "l", "body": "Empty", "max_iterations": 4}}
+    plan = seq(
+        remote("gpu", {"Stream": {"node_ids": ["sm_fixed"], "chunk_size": 0}}),
+        empty_loop,
+        {"Stream": {"node_ids": ["sm_evolving_trained"], "chunk_size": 2}},
+    )
+    run = submit_plan(plan, input=[1.0, 2.0, 3.0], settings=settings, require_workers=True)
+    assert run.wait(timeout=60) == [1.0, 3.0, 6.0]  # [1, 2, 3] untouched, then summed
+    assert run.result("sm_fixed") == [1.0, 2.0, 3.0]
+    assert run.status().nodes["sm_fixed"].worker == two_workers[0].worker_id
+
+
 def test_the_cli_fits_here_and_forwards_with_the_states_file(tmp_path: Path) -> None:
     plan = write(tmp_path, "plan.json", seq(ex("sm_standardise"), ex("sm_centroids")))
     nodes = ("--nodes", "testkit.nodes.soma_nodes")

@@ -114,6 +114,17 @@ def test_stream_pushes_chunks_through_its_nodes_in_order() -> None:
     assert output_of(STREAM, input=[1, 2, 3, 4, 5]) == [6, 8, 10, 12, 12]
 
 
+def test_a_stream_with_a_chunk_size_of_zero_pushes_the_input_as_one_chunk() -> None:
+    # One chunk [1..5]: +5 each, then doubled (chunks of 2 give [6, 8, 10, 12, 12]).
+    zero = {"Stream": {**STREAM["Stream"], "chunk_size": 0}}
+    assert output_of(zero, input=[1, 2, 3, 4, 5]) == [12, 14, 16, 18, 20]
+
+
+def test_a_loop_with_an_empty_body_outputs_its_input_and_the_run_goes_on() -> None:
+    empty = {"Loop": {"node_id": "l", "body": "Empty", "max_iterations": 3}}
+    assert output_of(seq(ex("rt_add"), empty, ex("rt_double")), input=1) == 4
+
+
 def test_composite_runs_filters_in_memory_with_fit_and_forward() -> None:
     assert output_of(COMPOSITE, input=[1.0, 2.0, 3.0]) == [-2.0, 0.0, 2.0]
 
