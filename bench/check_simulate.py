@@ -286,6 +286,7 @@ def main() -> None:
             heartbeat_interval_s=2.0,
             worker_id="sim-producer",
             fuse_chains=False,
+            content_cache=False,  # calibration times real computations, never cache hits
         )
         factory = WorkerFactory(settings, root)
         try:

@@ -29,7 +29,8 @@ from somatize_tasks.messaging.celery_app import create_app, settings_of
 from somatize_tasks.runtime.compile.control import Handoff
 from somatize_tasks.runtime.producer.handle import PlanRun, Progress, RunStatus
 from somatize_tasks.runtime.producer.local import run_local
-from somatize_tasks.runtime.producer.submit import StudyRun, submit_plan, submit_study
+from somatize_tasks.runtime.producer.submit import submit_plan
+from somatize_tasks.runtime.producer.trials import StudyRun, submit_study
 from somatize_tasks.workers import boot as worker_boot  # noqa: F401  (connects the worker start-up hook)
 from somatize_tasks.workers.registry import Registry, live_workers
 

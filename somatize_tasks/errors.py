@@ -19,6 +19,8 @@
     ├── NoWorkersError              require_workers and no live worker can take the plan
     ├── TransferFailedError         a value could not reach the worker that needs it
     ├── ClusterError                a local cluster could not start, or a part stopped
+    ├── CacheError                  the content cache cannot do what was asked (ValueError)
+    ├── StudyError                  a study's space, objective or record is malformed (ValueError)
     ├── StrandedError               a dead worker's node cannot be re-placed yet
     ├── ArtifactError               the artifact store cannot serve a request
     │   ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
@@ -239,6 +241,14 @@ class TransferFailedError(SomatizeError):
 
 class ClusterError(SomatizeError):
     """A local cluster could not start, or a part of it stopped."""
+
+
+class CacheError(SomatizeError, ValueError):
+    """The content cache cannot do what was asked: a pin naming no entry, a bad size."""
+
+
+class StudyError(SomatizeError, ValueError):
+    """A study's search space, objective or record is malformed; the message names the field."""
 
 
 class StrandedError(SomatizeError):

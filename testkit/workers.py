@@ -24,6 +24,7 @@ TEST_NODES = ",".join(
         "testkit.nodes.run_nodes",
         "testkit.nodes.soma_nodes",
         "testkit.nodes.fence_nodes",
+        "testkit.nodes.cache_nodes",
     ]
 )
 

@@ -134,6 +134,9 @@ def settings(
         worker_id=f"{key_prefix}-producer",
         transfer_max_retries=2,
         transfer_retry_backoff_max_s=1.0,
+        # Other tests count executions and kill workers mid-node: the content cache's own
+        # tests (tests/somatize_tasks/cache) turn it on per run with cache="on".
+        content_cache=False,
     )
 
 

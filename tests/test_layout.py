@@ -31,6 +31,7 @@ LAYERS = (
     "somatize_tasks.authoring",
     "somatize_tasks.examples",
     "somatize_tasks.store",
+    "somatize_tasks.cache",
     "somatize_tasks.transfer",
     "somatize_tasks.workers",
     "somatize_tasks.runtime.compile",

@@ -8,6 +8,10 @@ A Filter is trainable unless it says ``_kind = "stateless"`` (Soma's
 spelling; ``kind`` works too). In a Stream, an entry keeps a stream mode:
 ``@node("scale", stream="evolving")``, or Soma's class attribute
 ``_stream_mode = "fixed" | "evolving" | "barrier"``; FixedState by default.
+For the content cache (:mod:`somatize_tasks.cache`), ``deterministic=False``
+(Soma's ``_deterministic = False``) says a node's forward must run every time,
+and ``cache_version="2"`` (Soma's ``_cache_version``) names its code's version
+instead of its source text.
 A worker fills its catalog by importing the modules named by ``--nodes`` at
 start (:func:`load_catalog_modules`); nothing in a message can add to it.
 """
@@ -68,6 +72,10 @@ class CatalogEntry:
     signature: inspect.Signature | None = field(compare=False, default=None)
     stream_mode: StreamMode = "fixed_state"
     trainable: bool = False
+    #: False: its forward output is never served from the content cache (Soma's rule).
+    deterministic: bool = True
+    #: Names the code's version in cache keys, instead of a hash of its source.
+    cache_version: str | None = None
 
     @property
     def can_fit_composite(self) -> bool:
@@ -105,19 +113,34 @@ class Catalog:
         self._entries: dict[str, CatalogEntry] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, target: Any, *, stream: str | None = None) -> CatalogEntry:
+    def register(
+        self,
+        name: str,
+        target: Any,
+        *,
+        stream: str | None = None,
+        deterministic: bool | None = None,
+        cache_version: str | None = None,
+    ) -> CatalogEntry:
         """Add ``target`` under ``name``; the same object again is a no-op (re-import)."""
         if not name or not isinstance(name, str):
             raise CatalogError(f"a node name must be a non-empty string, not {name!r}")
         mode = _stream_mode(
             name, stream if stream is not None else getattr(target, "_stream_mode", "fixed_state")
         )
+        steady = bool(
+            getattr(target, "_deterministic", True) if deterministic is None else deterministic
+        )
+        version = _version(cache_version or getattr(target, "_cache_version", None))
         if _is_filter(target):
+            trainable = _trainable(name, target)
             entry = CatalogEntry(
-                name, target, "filter", _signature(target), mode, _trainable(name, target)
+                name, target, "filter", _signature(target), mode, trainable, steady, version
             )
         elif callable(target) and not inspect.isclass(target):
-            entry = CatalogEntry(name, target, "function", _signature(target), mode)
+            entry = CatalogEntry(
+                name, target, "function", _signature(target), mode, False, steady, version
+            )
         else:
             raise CatalogError(
                 f"node '{name}': {target!r} is neither a callable nor a Filter class "
@@ -193,15 +216,31 @@ def catalog_names(node_id: str, ops: Mapping[str, str]) -> list[str]:
 def node(name: Callable[..., Any], /) -> Callable[..., Any]: ...
 @overload
 def node(
-    name: str | None = None, /, *, catalog: Catalog | None = None, stream: str | None = None
+    name: str | None = None,
+    /,
+    *,
+    catalog: Catalog | None = None,
+    stream: str | None = None,
+    deterministic: bool | None = None,
+    cache_version: str | None = None,
 ) -> Callable[[T], T]: ...
 
 
-def node(name: Any = None, /, *, catalog: Catalog | None = None, stream: str | None = None) -> Any:
+def node(
+    name: Any = None,
+    /,
+    *,
+    catalog: Catalog | None = None,
+    stream: str | None = None,
+    deterministic: bool | None = None,
+    cache_version: str | None = None,
+) -> Any:
     """Register a node: ``@node``, ``@node()`` or ``@node("name", stream="barrier")``.
 
     Without a name the function's (or class's) ``__name__`` is used. The
     decorated object is returned unchanged, so it stays callable locally.
+    ``deterministic=False``: never served from the content cache;
+    ``cache_version``: the code's version in cache keys (else its source).
     """
     target_catalog = default_catalog if catalog is None else catalog
     if callable(name):
@@ -209,10 +248,20 @@ def node(name: Any = None, /, *, catalog: Catalog | None = None, stream: str | N
         return name
 
     def decorate(target: T) -> T:
-        target_catalog.register(name or getattr(target, "__name__", ""), target, stream=stream)
+        target_catalog.register(
+            name or getattr(target, "__name__", ""),
+            target,
+            stream=stream,
+            deterministic=deterministic,
+            cache_version=cache_version,
+        )
         return target
 
     return decorate
+
+
+def _version(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _stream_mode(name: str, mode: Any) -> StreamMode:

@@ -72,6 +72,32 @@ def mode_options(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def cache_options(command: F) -> F:
+    """Add ``--cache on|off`` and ``--seed N``; the command receives them in
+    ``run_options`` (after :func:`mode_options`, which makes that dict)."""
+
+    @click.option(
+        "--cache",
+        type=click.Choice(["on", "off"]),
+        default=None,
+        help="Whether nodes use the content cache every worker shares "
+        "(default: SOMATIZE_CONTENT_CACHE, on).",
+    )
+    @click.option(
+        "--seed",
+        type=int,
+        default=None,
+        help="The run's experiment seed: in every cache key, and read by nodes "
+        "with somatize_tasks.current_seed().",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, cache: str | None, seed: int | None, **kwargs: Any) -> Any:
+        kwargs["run_options"] = {**kwargs.get("run_options", {}), "cache": cache, "seed": seed}
+        return command(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def read_labels(path: str) -> Any:
     """Labels from a JSON file, or a ``.npy`` file (never unpickled)."""
     if not path.endswith(".npy"):

@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     fuse_chains: bool = True
     dispatch_batch_max: Annotated[int, Field(ge=1)] = 64
     reservation_ttl_s: Annotated[float, Field(gt=0)] = 120.0
+    content_cache: bool = True
+    """whether runs use the content-addressed cache every worker shares (a run may say
+    `cache="off"`; [the content cache](cache-and-studies.md))"""
 
     # Heartbeats
     heartbeat_interval_s: Annotated[float, Field(gt=0)] = 2.0

@@ -107,7 +107,8 @@ def events(
         where = f"on worker {attempt.worker}" + (
             f", loop pass {attempt.epoch}" if attempt.epoch else ""
         )
-        if attempt.state == "done":
+        if attempt.state in ("done", "cached"):
+            how = "served from the content cache" if attempt.state == "cached" else "done"
             out.append(
                 (
                     attempt.end,
@@ -115,7 +116,7 @@ def events(
                         "event_type": "NodeCompleted",
                         **node,
                         "duration": _ms(attempt.end - attempt.start),
-                        "output_summary": f"done {where}",
+                        "output_summary": f"{how} {where}",
                     },
                 )
             )

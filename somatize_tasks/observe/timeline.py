@@ -101,7 +101,8 @@ def bars_of(
                 and node.started_at
                 and node.ended_at
             ):
-                state, start, end = "done", node.started_at, node.ended_at  # done in a chain
+                start, end = node.started_at, node.ended_at  # done in a chain
+                state = "cached" if node.cached else "done"
             elif state == "running" and status.state != "running":  # the run ended around it
                 state = "cancelled" if status.state == "cancelled" else LOST
             end = end if end is not None else stop

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 STATE_COLOURS = {
     "done": "#2e9d5b",
+    "cached": "#9fd8b4",
     "running": "#2f7fd8",
     "failed": "#d64541",
     "cancelled": "#e59a26",
@@ -22,8 +23,13 @@ STATE_COLOURS = {
     "not run": "#c9ced4",
     "pending": "#9aa3ad",
 }
-LEGEND_STATES = ("done", "running", "failed", "cancelled", "lost", "skipped", "not run")
-LEGEND_NAMES = {"lost": "worker died", "skipped": "skipped arm", "not run": "never ran"}
+LEGEND_STATES = ("done", "cached", "running", "failed", "cancelled", "lost", "skipped", "not run")
+LEGEND_NAMES = {
+    "lost": "worker died",
+    "skipped": "skipped arm",
+    "not run": "never ran",
+    "cached": "from the cache",
+}
 TRANSFER_DASH = {"s3": "", "direct": "5 4", "cached": "1 4"}
 TRANSFER_WORDS = {
     "s3": "through the shared store",

@@ -117,6 +117,45 @@ class ArtifactStore:
         with self._disk(run_id, node_id, key):
             return self._put(run_id, node_id, iteration, key, value, attempt)
 
+    def publish(self, ref: ArtifactRef, key: str) -> None:
+        """Put the value of ``ref`` (not inline) in the shared store under another
+        ``key`` (the content cache's), by link where it can. A RAM-tier value is
+        copied first: RAM files are recycled in place once their run is gone."""
+        source = self._in_ram(ref)
+        if source is not None:
+            self.cache.copy_in(source, key)
+            source = self.cache.path_for(key)
+        else:
+            self.download(ref)
+            source = self.cache.checked_path(ref.key, ref.size, self._where())
+        self.shared.upload(source, key)
+
+    def adopt(
+        self, source: ArtifactRef, run_id: str, node_id: str, iteration: int, attempt: int = 0
+    ) -> ArtifactRef:
+        """Make the value of ``source`` (read here already) the output of ``node_id``
+        in ``run_id`` (by ``attempt``): inline it stays inline; otherwise its local copy is
+        linked under the run's key (no bytes copied), and into a shared directory as
+        :meth:`put` does."""
+        ref = ArtifactRef(
+            run_id=run_id,
+            node_id=node_id,
+            iteration=iteration,
+            attempt=attempt,
+            codec=source.codec,
+            size=source.size,
+            inline=source.inline,
+            worker_id=self.worker_id,
+        )
+        if ref.inline is None:
+            self.download(source)
+            held = self.cache.checked_path(source.key, source.size, self._where())
+            with self._disk(run_id, node_id, ref.key):
+                self.cache.link_in(held, ref.key)
+            if self.shares_on_write:
+                self.shared.upload(self.cache.path_for(ref.key), ref.key)
+        return ref
+
     def _put(
         self, run_id: str, node_id: str, iteration: int, key: str, value: Any, attempt: int
     ) -> ArtifactRef:

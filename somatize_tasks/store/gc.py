@@ -24,7 +24,10 @@ matters, "is ``<p>:run:<id>`` still in Redis?":
     is swept the same way, as one of ``ram_roots``, but checked once
     :data:`RAM_ORPHAN_S` old (RAM is scarce: a node that finished after its
     run was cancelled and forgotten may have written there); its idle spare
-    files are trimmed (:mod:`somatize_tasks.store.spares`).
+    files are trimmed (:mod:`somatize_tasks.store.spares`). A cache's copies of
+    content-cache values (``<cache>/__cache__/...``, :mod:`somatize_tasks.cache`) belong
+    to no run: each goes once nobody linked or wrote it for :data:`CACHE_COPY_S`
+    (the shared store keeps the value; a reader fetches it again).
 
 Both are idempotent and safe to run in many processes at once.
 
@@ -55,7 +58,7 @@ from redis import Redis
 
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.errors import StoreError
-from somatize_tasks.store import SharedStore, key_part
+from somatize_tasks.store import CACHE_RUN, SharedStore, key_part
 from somatize_tasks.store.spares import SparePool
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,8 @@ BATCH = 500
 TEMP_GRACE_S = 600.0
 #: A RAM tier directory (``ram_roots``) this old whose run is gone is deleted.
 RAM_ORPHAN_S = 600.0
+#: A worker's copy of a content-cache value untouched this long is deleted.
+CACHE_COPY_S = 600.0
 #: A multipart upload started this long ago is abandoned.
 UPLOAD_GRACE_S = 3600.0
 _TEMP_NAME = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp(\.[0-9a-fA-F]{8})?$")
@@ -88,6 +93,24 @@ def sweep_temp_files(root: Path, grace_s: float = TEMP_GRACE_S) -> int:
                 continue
     if deleted:
         log.info("deleted %d partial file(s) left under %s", deleted, root)
+    return deleted
+
+
+def sweep_cache_copies(root: Path, age_s: float = CACHE_COPY_S) -> int:
+    """Delete the copies of content-cache values under ``root`` whose file was last
+    linked or written more than ``age_s`` ago (``st_ctime``: a hard link to it, as a
+    read through a shared directory makes, renews it); how many were deleted."""
+    cutoff = time.time() - age_s
+    deleted = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = Path(folder, name)
+            try:
+                if path.stat().st_ctime < cutoff:
+                    path.unlink()
+                    deleted += 1
+            except FileNotFoundError:
+                continue
     return deleted
 
 
@@ -201,6 +224,7 @@ class CacheSweeper:
         and partial files older than :data:`TEMP_GRACE_S`."""
         for root, _ in self.roots:
             sweep_temp_files(root)
+            sweep_cache_copies(root / CACHE_RUN)
         if self.spares is not None:
             self.spares.trim()
         deleted = 0
@@ -229,7 +253,7 @@ class CacheSweeper:
             except FileNotFoundError:
                 continue
         for path, cutoff in entries:
-            if path.name.startswith("."):  # not a run: the RAM tier's spares
+            if path.name.startswith(".") or path.name == CACHE_RUN:  # not a run
                 continue
             try:
                 if path.is_dir() and path.stat().st_mtime < cutoff:

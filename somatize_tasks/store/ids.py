@@ -15,6 +15,9 @@ from urllib.parse import quote
 from somatize_tasks.errors import ArtifactIdError
 
 MAX_ID_LENGTH = 200
+#: The run id the content cache's values are stored under (``__cache__/<hash>/0``): no run
+#: is ever given it (run ids are hex), so its values outlive every run.
+CACHE_RUN = "__cache__"
 _SEPARATORS = ("/", "\\")
 #: An id of only the characters ``quote`` keeps, within the length limit: valid as is.
 _PLAIN = re.compile(rf"[A-Za-z0-9_.~-]{{1,{MAX_ID_LENGTH}}}").fullmatch

@@ -186,6 +186,9 @@ class S3Store:
             kind = StoreUnavailableError if transient_error(exc) else StoreError
             raise kind(f"{where}: {exc}") from None
 
+    #: The same, for other modules that talk to the bucket (the content cache's records).
+    errors = _errors
+
     def exists(self, key: str, size: int) -> bool:
         with self._errors("looking up", key):
             try:

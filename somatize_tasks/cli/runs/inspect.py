@@ -32,9 +32,16 @@ def status_table(status: RunStatus) -> Table:
         table.add_column(column)
     for node_id, node in status.nodes.items():
         took = f"{node.ended_at - node.started_at:.2f}" if node.started_at and node.ended_at else ""
-        style = STATE_STYLE.get(node.state, "")
-        table.add_row(node_id, f"[{style}]{node.state}[/{style}]", node.worker or "", took)
+        state = "cached" if node.state == "done" and node.cached else node.state
+        style = STATE_STYLE.get(state, "")
+        table.add_row(node_id, f"[{style}]{state}[/{style}]", node.worker or "", took)
     return table
+
+
+def progress_line(done: int, total: int, cached: int) -> str:
+    """``progress: 5/5 nodes (4 ran, 1 from the cache)``."""
+    line = f"progress: {done}/{total} nodes"
+    return f"{line} ({done - cached} ran, {cached} from the cache)" if cached else line
 
 
 @main.command("status")
@@ -52,7 +59,7 @@ def status(run_id: str, as_json: bool) -> None:
                 "run_id": current.run_id,
                 "state": current.state,
                 "error": current.error,
-                "progress": vars(run.progress()),
+                "progress": {**vars(run.progress()), "cached": current.cached},
                 "warnings": warnings,
                 "nodes": {k: vars(v) for k, v in current.nodes.items()},
                 "transfers": current.transfers,
@@ -62,7 +69,7 @@ def status(run_id: str, as_json: bool) -> None:
     console = Console()
     console.print(status_table(current))
     progress = run.progress()
-    console.print(f"progress: {progress.done}/{progress.total} nodes")
+    console.print(progress_line(progress.done, progress.total, current.cached))
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if current.error:

@@ -40,7 +40,9 @@ def run_here(
     states_out: str | None = None,
     quiet: bool = False,
 ) -> None:
-    """Run ``plan`` in this process and print its output (or one error line)."""
+    """Run ``plan`` in this process and print its output (or one error line). A run
+    here does not use the content cache (``--cache``/``--seed`` have no effect)."""
+    run_options = {k: v for k, v in run_options.items() if k not in ("cache", "seed")}
     states = local_states(run_options.pop("states_from", None))
     result = run_local(plan, **inputs, **run_options, states=states, deadline_s=deadline_s)
     if not quiet:

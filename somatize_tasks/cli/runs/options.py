@@ -19,6 +19,7 @@ people = Console(stderr=True)
 FINISHED = ("done", "failed", "cancelled")
 STATE_STYLE = {
     "done": "green",
+    "cached": "green",
     "running": "cyan",
     "failed": "red",
     "cancelled": "yellow",

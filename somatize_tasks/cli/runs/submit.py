@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from scheduler import DistributionPlan, PlacementError, WorkerInfo
 from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
-from somatize_tasks.cli.modes import mode_options
+from somatize_tasks.cli.modes import cache_options, mode_options
 from somatize_tasks.cli.plan import print_report
 from somatize_tasks.cli.runs.local import run_here
 from somatize_tasks.cli.runs.options import (
@@ -131,6 +131,7 @@ def _cancel_on_second_interrupt(run: PlanRun, window_s: float = 2.0) -> None:
 @ops_option
 @nodes_option
 @mode_options
+@cache_options
 @click.option(
     "--wait", is_flag=True, help="Follow the run with a progress bar and print its output."
 )

@@ -67,6 +67,12 @@ class Program:
     #: Nodes whose output can be (part of) the run's output: stored in the shared
     #: store when written, so the run's output outlives the worker that made it.
     final_nodes: frozenset[str] = frozenset()
+    #: Whether nodes use the content cache (somatize_tasks.cache): the run's ``cache``.
+    cache: bool = False
+    #: The run's experiment seed: in every cache key, and readable by node code.
+    seed: int | None = None
+    #: The study trial this run is (``{"study": id, "number": n}``), or None.
+    trial: dict[str, Any] | None = None
     _reads: dict[int, tuple[list[str], bool]] = field(default_factory=dict, repr=False)
 
     @property
@@ -149,6 +155,9 @@ def compile_program(
     states: Mapping[str, Expr] | None = None,
     fused: list[list[str]] | None = None,
     placed: Mapping[str, str] | None = None,
+    cache: bool = False,
+    seed: int | None = None,
+    trial: Mapping[str, Any] | None = None,
 ) -> Program:
     """Flatten ``plan`` into blocks; without a distribution, every node is local.
 
@@ -196,6 +205,9 @@ def compile_program(
         states=dict(states or {}),
         fused=fused,
         final_nodes=final_nodes(plan, blocks),
+        cache=cache,
+        seed=seed,
+        trial=None if trial is None else dict(trial),
     )
 
 

@@ -19,6 +19,7 @@ from redis import Redis
 
 from scheduler import ExecutionPlan
 from scheduler.placement.gc_pause import gc_paused
+from somatize_tasks.cache.content import ContentCache
 from somatize_tasks.config.connections import redis_client
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.config.settings import Settings
@@ -49,6 +50,9 @@ PROGRAM_FIELDS = (
     "labels",
     "states",
     "fused",
+    "cache",
+    "seed",
+    "trial",
 )
 PRODUCER = "producer"
 
@@ -88,10 +92,18 @@ class RunContext:
     store: ArtifactStore
     _programs: OrderedDict[str, Program] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _content: ContentCache | None = None
 
     @property
     def values(self) -> ArtifactValues:
         return ArtifactValues(self.store)
+
+    @property
+    def content_cache(self) -> ContentCache:
+        """The content cache over this process's artifact store (built on first use)."""
+        if self._content is None:
+            self._content = ContentCache.for_store(self.settings, self.store)
+        return self._content
 
     def state(self, run_id: str) -> RedisRunState:
         return RedisRunState(
@@ -156,6 +168,9 @@ class RunContext:
             labels=json.loads(raw[8]) if raw[8] else None,
             states=json.loads(raw[9] or b"{}"),
             fused=json.loads(raw[10]) if raw[10] else [],
+            cache=raw[11] == b"on",
+            seed=int(raw[12]) if raw[12] else None,
+            trial=json.loads(raw[13]) if raw[13] else None,
         )
 
     def remember(self, run_id: str, program: Program) -> None:

@@ -59,6 +59,10 @@ class NodeStatus:
     started_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
+    #: Served from the content cache: none of its code ran (its state is ``done``).
+    cached: bool = False
+    #: The content-cache key its output came from or went to (``cache pin`` takes it).
+    cache_key: str | None = None
 
 
 @dataclass
@@ -76,6 +80,11 @@ class RunStatus:
     @property
     def done(self) -> int:
         return sum(1 for n in self.nodes.values() if n.state == DONE)
+
+    @property
+    def cached(self) -> int:
+        """Done nodes served from the content cache (none of their code ran)."""
+        return sum(1 for n in self.nodes.values() if n.state == DONE and n.cached)
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,8 @@ class PlanRun:
                 data.get("started_at"),
                 data.get("ended_at"),
                 data.get("error"),
+                bool(data.get("cached")),
+                data.get("cache_key"),
             )
         if run_state == CANCELLED:
             for node in nodes.values():

@@ -1,4 +1,4 @@
-"""``submit_plan`` and ``submit_study``: the producer's way in.
+"""``submit_plan``: the producer's way in (trials: :mod:`.trials`).
 
 ``submit_plan`` reads the live workers, schedules the plan, records the run
 in Redis, publishes the blocks that can start and returns a
@@ -24,21 +24,16 @@ from scheduler import (
     PlacementError,
     PlanDocument,
     WorkerInfo,
-    load_plan,
     load_plan_document,
     plan_warnings,
     schedule,
-    schedule_study,
 )
 from scheduler.model.depth import check_value_depth
 from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
 from somatize_tasks.config.connections import reaching_redis
 from somatize_tasks.config.settings import Settings
-from somatize_tasks.errors import (
-    NoWorkersError,
-    PlanInputError,  # noqa: F401 - re-exported (its old home)
-)
+from somatize_tasks.errors import NoWorkersError, PlanInputError
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
 from somatize_tasks.runtime.compile.limits import RunLimits
 from somatize_tasks.runtime.compile.modes import run_mode
@@ -84,6 +79,9 @@ class RunRequest:
     state_refs: dict[str, Expr] = field(default_factory=dict)  # already in the store
     limits: RunLimits = field(default_factory=RunLimits)
     fuse: bool = True
+    cache: bool = True
+    seed: int | None = None
+    trial: Mapping[str, Any] | None = None
 
     @property
     def plan(self) -> ExecutionPlan:
@@ -107,6 +105,8 @@ def submit_plan(
     deadline_s: float | None = None,
     max_node_deaths: int | None = None,
     fuse: bool | None = None,
+    cache: str | None = None,
+    seed: int | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -128,6 +128,10 @@ def submit_plan(
     ``SOMATIZE_MAX_NODE_DEATHS``.
     ``fuse``: run consecutive same-worker Executes of a Sequence as one task
     (:mod:`~somatize_tasks.runtime.compile.fusion`); default ``SOMATIZE_FUSE_CHAINS``.
+
+    ``cache``: ``"on"`` or ``"off"``, whether nodes use the content cache every
+    worker shares (default ``SOMATIZE_CONTENT_CACHE``, on); ``seed``: the run's
+    experiment seed, hashed into every cache key (each seed its own cache line).
     """
     limits = RunLimits(deadline_s, max_node_deaths)
     parts = run_parts(plan, params, ops, catalog)
@@ -137,7 +141,8 @@ def submit_plan(
     document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
     context = producer_context(settings)
-    request = RunRequest(document, input, params, ops, limits=limits)
+    request = RunRequest(document, input, params, ops, limits=limits, seed=check_seed(seed))
+    request.cache = cache_choice(cache, settings)
     request.fuse = settings.fuse_chains if fuse is None else fuse
     request.states, request.state_refs = states_to_use(context, states_from)
     has_states = states_from is not None
@@ -179,66 +184,25 @@ def check_request(
     return document
 
 
+def cache_choice(cache: str | None, settings: Settings) -> bool:
+    """A run's ``cache`` option: ``"on"``, ``"off"``, or None for the setting."""
+    if cache is None:
+        return settings.content_cache
+    if cache not in ("on", "off"):
+        raise PlanInputError(f'cache must be "on" or "off", not {cache!r}')
+    return cache == "on"
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise PlanInputError(f"seed must be a whole number, not {seed!r}")
+    return seed
+
+
 def _nothing_to_place(plan: ExecutionPlan) -> DistributionPlan:
     return DistributionPlan(
         assignments=[], phases=[], data_transfers=[], warnings=plan_warnings(plan)
     )
-
-
-def submit_study(
-    plan: ExecutionPlan | str | bytes | Mapping[str, Any] | Any,
-    *,
-    trials: list[Params],
-    input: Any = None,
-    ops: Mapping[str, str] | None = None,
-    differentiable_nodes: Iterable[str] = (),
-    settings: Settings | None = None,
-) -> StudyRun:
-    """Run one trial per entry of ``trials`` (each maps node ids to parameters).
-
-    Trials are placed round-robin across the workers by ``schedule_study``;
-    each runs as a run of its own with its trial's parameters.
-    """
-    execution_plan = load_plan(plan)
-    for trial in trials:
-        check_run_inputs(execution_plan, trial, ops, default_catalog, wire=True)
-    settings = settings or Settings.from_env()
-    context = producer_context(settings)
-    live = reaching_redis(settings, Registry.from_settings(settings, context.redis).live)
-    workers = [w.info for w in live]
-    study = _place(
-        lambda usable: schedule_study(execution_plan, usable, len(trials), differentiable_nodes),
-        workers,
-    )
-    if study.is_local:
-        raise NoWorkersError(f"no live worker can run the study: {'; '.join(study.warnings)}")
-    runs = []
-    for index, trial in enumerate(trials):
-        distribution = _trial_slice(study, index)
-        request = RunRequest(PlanDocument(execution_plan), input, trial, ops)
-        runs.append(_start(context, request, distribution))
-    return StudyRun(runs, study)
-
-
-class StudyRun:
-    """The runs of a study, one per trial, in trial order."""
-
-    def __init__(self, runs: list[PlanRun], distribution: DistributionPlan) -> None:
-        self.runs = runs
-        self.distribution = distribution
-
-    def wait(self, timeout: float | None = None) -> list[Any]:
-        """Every trial's output, in trial order (the first failure raises)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        results = []
-        for run in self.runs:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            results.append(run.wait(timeout=left))
-        return results
-
-    def cancel(self) -> None:
-        for run in self.runs:
-            run.cancel()
 
 
 def _place(
@@ -294,16 +258,6 @@ def _one_slot(worker: WorkerInfo) -> WorkerInfo:
     return worker.model_copy(update={"active_jobs": max(0, worker.max_concurrent - 1)})
 
 
-def _trial_slice(study: DistributionPlan, index: int) -> DistributionPlan:
-    phases = [p for p in study.phases if p.phase_type.trial_index == index]
-    return DistributionPlan(
-        assignments=[a for a in study.assignments if a.phase.trial_index == index],
-        phases=phases,
-        data_transfers=[],
-        warnings=study.warnings,
-    )
-
-
 def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = INPUT_NODE) -> Expr:
     """A run's value as an expression: inline if small, else in the shared store."""
     ref = context.store.put(run_id, node_id, 0, value)
@@ -336,6 +290,9 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         labels=labels,
         states=states,
         fused=None if request.fuse else [],
+        cache=request.cache,
+        seed=request.seed,
+        trial=request.trial,
     )
     context.remember(run_id, program)
     state = context.state(run_id)
@@ -357,7 +314,12 @@ def _start(context: RunContext, request: RunRequest, distribution: DistributionP
         "mode": request.mode,
         "states": json.dumps(states),
         "fused": json.dumps(program.fused),
+        "cache": "on" if request.cache else "off",
     }
+    if request.seed is not None:
+        meta["seed"] = request.seed
+    if request.trial is not None:
+        meta["trial"] = json.dumps(request.trial)
     if predecessors is not None:
         meta["predecessors"] = json.dumps(predecessors)
     if labels is not None:

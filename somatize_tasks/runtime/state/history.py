@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,27 +47,33 @@ def start_line(worker_id: str, nodes: list[str], epoch: int) -> str:
 
 
 def done_lines(
-    worker_id: str, nodes: list[str], epoch: int, times: dict[str, list[float]], ended_at: float
+    worker_id: str,
+    nodes: list[str],
+    epoch: int,
+    times: dict[str, list[float]],
+    ended_at: float,
+    cached: Collection[str] = (),
 ) -> list[str]:
     """The ``done`` events of a block, written by the script that records its result:
-    one per node with its own times when the task ran several (a fused chain)."""
+    one per node with its own times when the task ran several (a fused chain). A node
+    served from the content cache says ``"cached": true``."""
     if len(nodes) == 1 or not times:  # it ended now: the event's own time says when
-        return _lines(worker_id, [{"nodes": nodes, "state": "done", "epoch": epoch}])
-    return _lines(
-        worker_id,
-        [
-            {
-                "nodes": [n],
-                "state": "done",
-                "epoch": epoch,
-                "started_at": times[n][0],
-                "ended_at": times[n][1],
-            }
+        event: dict[str, Any] = {"nodes": nodes, "state": "done", "epoch": epoch}
+        if nodes and all(n in cached for n in nodes):
+            event["cached"] = True
+        return _lines(worker_id, [event])
+    events: list[dict[str, Any]] = []
+    for n in nodes:
+        event = {"nodes": [n], "state": "done", "epoch": epoch}
+        event.update(
+            {"started_at": times[n][0], "ended_at": times[n][1]}
             if n in times
-            else {"nodes": [n], "state": "done", "epoch": epoch, "ended_at": ended_at}
-            for n in nodes
-        ],
-    )
+            else {"ended_at": ended_at}
+        )
+        if n in cached:
+            event["cached"] = True
+        events.append(event)
+    return _lines(worker_id, events)
 
 
 def _lines(worker_id: str, events: list[dict[str, Any]]) -> list[str]:
@@ -155,7 +162,7 @@ class Attempt:
     epoch: int
     start: float
     end: float | None  # None: still running
-    state: str  # running, done, failed, lost
+    state: str  # running, done, cached (done from the content cache), failed, lost
     error: str | None = None
     number: int = 1  # 1 for the first try of this node in this pass
 
@@ -192,6 +199,7 @@ def attempts(events: list[dict[str, Any]]) -> list[Attempt]:
                 current = Attempt(key[0], worker, epoch, start, None, state, number=tries[key])
             start = float(event.get("started_at") or current.start)  # a fused node's own
             end = float(event.get("ended_at") or at)
+            state = "cached" if event.get("cached") else state
             done.append(
                 replace(
                     current, start=start, end=max(end, start), state=state, error=event.get("error")

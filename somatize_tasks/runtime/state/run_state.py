@@ -51,6 +51,10 @@ class LeafResult:
     history: list[str] = field(default_factory=list)
     label: str | None = None
     handoff: str | None = None
+    #: Nodes served from the content cache (none of their code ran), and the cache key
+    #: of each node whose output came from or went to the cache.
+    cached: list[str] = field(default_factory=list)
+    cache_keys: dict[str, str] = field(default_factory=dict)
     worker_id: str = "local"
     #: The execution's fencing token (``mark_running``); 0 where nothing is fenced.
     attempt: int = 0
@@ -70,6 +74,10 @@ def node_done(result: LeafResult, node_id: str, epoch: int) -> dict[str, Any]:
     }
     if result.attempt:
         done["attempt"] = result.attempt  # the attempt that won (fencing)
+    if node_id in result.cached:
+        done["cached"] = True
+    if node_id in result.cache_keys:
+        done["cache_key"] = result.cache_keys[node_id]
     return done
 
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler import Branch, Composite, Step, Stream
+from somatize_tasks.cache.content import ContentCache, Hit
+from somatize_tasks.cache.hashing import value_hash
 from somatize_tasks.catalog.entries import BoundNode, Catalog, CatalogEntry
 from somatize_tasks.errors import ControlFlowError, MissingStateError, UnknownNodeError
 from somatize_tasks.runtime.compile.blocks import Block
@@ -35,9 +38,19 @@ from somatize_tasks.runtime.compile.program import FIT, Program
 from somatize_tasks.runtime.compile.values import Expr, materialize, node_input_expr, ref_expr
 from somatize_tasks.runtime.state.failures import tag_failure
 from somatize_tasks.runtime.state.run_state import LeafResult
+from somatize_tasks.runtime.worker.memo import BlockMemo
 from somatize_tasks.runtime.worker.stream import run_stream
 
 STATE_PREFIX = "__state_"
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """What a node's cache keys are made of: its config hash and its input's hash."""
+
+    memo: BlockMemo
+    config: str
+    input: str
 
 
 class ValueStore(Protocol):
@@ -79,14 +92,19 @@ def run_block(
     catalog: Catalog,
     worker_id: str,
     attempt: int = 0,
+    cache: ContentCache | None = None,
 ) -> LeafResult:
     """Run the block's nodes on its input; store each output; report the result.
 
     ``attempt`` is this execution's fencing token (from ``mark_running``): every
     value it writes goes under a key of its own, and its record holds only if it
-    is still the block's current attempt."""
+    is still the block's current attempt. With a ``cache`` and a run whose cache
+    is on, each node is looked up first (:mod:`somatize_tasks.runtime.worker.memo`);
+    a hit runs none of its code."""
     started = time.time()
     run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt)
+    if cache is not None and program.cache and not isinstance(block.node, Step):
+        run.memo = BlockMemo(cache, program, run_id, run.fetch)
     nodes = block.task_node_ids()
 
     def bind(node_id: str) -> BoundNode:
@@ -123,6 +141,8 @@ def run_block(
             last, run.store_value(last, handoff.value) if handoff.has_value else run.input_of(last)
         )
     result.node_outputs = run.outputs
+    result.cached = run.cached
+    result.cache_keys = run.cache_keys
     result.node_times = run.times
     result.states = run.states
     result.signals = _signals(program, run)
@@ -178,6 +198,9 @@ class _BlockRun:
         self._memo: dict[str, Any] = {}
         self._labels: Any = None
         self._labels_read = False
+        self.memo: BlockMemo | None = None  # the content cache, when the run uses it
+        self.cached: list[str] = []  # nodes served from the cache, none of their code run
+        self.cache_keys: dict[str, str] = {}  # each cached or stored node's output key
 
     # --- inputs ------------------------------------------------------------------------
 
@@ -193,10 +216,13 @@ class _BlockRun:
         """A stored output's value, from memory when this block produced it."""
         if node_id in self.raw and self.outputs.get(node_id) is expr:
             return self.raw[node_id]
-        return materialize(expr, self._fetch)
+        return materialize(expr, self.fetch)
 
-    def _fetch(self, ref: dict[str, Any]) -> Any:
-        key = f"{ref.get('node_id')}#{ref.get('iteration', 0)}#{ref.get('attempt', 0)}"
+    def fetch(self, ref: dict[str, Any]) -> Any:
+        key = (
+            f"{ref.get('run_id')}/{ref.get('node_id')}#{ref.get('iteration', 0)}"
+            f"#{ref.get('attempt', 0)}"
+        )
         if key not in self._memo:
             self._memo[key] = self.store.get_value(ref)
         return self._memo[key]
@@ -204,7 +230,7 @@ class _BlockRun:
     def _input_value(self, node_id: str) -> Any:
         if not self.program.follows_graph and node_id != self.first:
             return self.raw[self._previous]
-        return materialize(self.input_of(node_id), self._fetch)
+        return materialize(self.input_of(node_id), self.fetch)
 
     @property
     def _previous(self) -> str:
@@ -213,18 +239,80 @@ class _BlockRun:
     # --- running -----------------------------------------------------------------------
 
     def node(self, node_id: str, bound: BoundNode) -> None:
+        """Soma's ``run_node``: fit if a fit asks it (its state looked up first), then the
+        output looked up, else computed; each kept in the cache when it is on."""
         started = time.time()
-        x = self._input_value(node_id)
+        keys = self._node_keys(node_id, bound)
+        ran = False
         if self.program.mode == FIT and bound.trainable:
-            state = bound.fit(x, self.labels())
-            self.keep_state(node_id, state)
+            state, state_hash, ran = self._fit(node_id, bound, keys)
         else:
             state = self.state_for(node_id, bound)
-        output = bound.forward(x, state)
+            state_hash = None if keys is None else self._state_hash(node_id, state)
+        out_key = None
+        if keys is not None and state_hash is not None and bound.entry.deterministic:
+            out_key = keys.memo.output_key(keys.config, state_hash, keys.input)
+            if self._take_hit(node_id, out_key, served=not ran):
+                self.times[node_id] = [started, time.time()]
+                return
+        computing = time.time()
+        output = bound.forward(self._input_value(node_id), state)
         self.raw[node_id] = output
         if not isinstance(output, Handoff):
-            self.keep(node_id, self.store_value(node_id, output))
+            self.keep(node_id, self.store_output(node_id, output, out_key, time.time() - computing))
         self.times[node_id] = [started, time.time()]
+
+    def _node_keys(self, node_id: str, bound: BoundNode) -> _Keys | None:
+        if self.memo is None:
+            return None
+        config = self.memo.identity(node_id, bound)
+        if config is None:
+            return None
+        return _Keys(self.memo, config, self.memo.expr_hash(self.input_of(node_id)))
+
+    def _fit(
+        self, node_id: str, bound: BoundNode, keys: _Keys | None
+    ) -> tuple[Any, str | None, bool]:
+        """The node's state, its content hash, and whether ``fit`` ran (not a hit)."""
+        key = None if keys is None else keys.memo.state_key(keys.config, keys.input)
+        hit = None if key is None else self.memo_lookup(key)
+        if hit is not None and keys is not None:
+            name = STATE_PREFIX + node_id
+            self.states[node_id] = keys.memo.adopt(
+                hit, name, self.epoch, shared=True, attempt=self.attempt
+            )
+            return hit.value, hit.record.hash, False
+        computing = time.time()
+        state = bound.fit(self._input_value(node_id), self.labels())
+        self.keep_state(node_id, state)
+        if keys is None:
+            return state, None, True
+        expr = keys.memo.store(key, "state", self.states[node_id], state, time.time() - computing)
+        self.states[node_id] = expr
+        return state, str(expr["hash"]), True
+
+    def memo_lookup(self, key: str) -> Hit | None:
+        return None if self.memo is None else self.memo.lookup(key)
+
+    def _take_hit(self, node_id: str, key: str, *, served: bool) -> bool:
+        """Use the entry under ``key`` as the node's output, if there is one."""
+        hit = self.memo_lookup(key)
+        if hit is None or self.memo is None:
+            return False
+        self.raw[node_id] = hit.value
+        shared = node_id in self.program.final_nodes
+        adopted = self.memo.adopt(hit, node_id, self.epoch, shared=shared, attempt=self.attempt)
+        self.keep(node_id, adopted)
+        self.cache_keys[node_id] = key
+        if served:
+            self.cached.append(node_id)
+        return True
+
+    def _state_hash(self, node_id: str, state: Any) -> str | None:
+        expr = self.program.states.get(node_id)
+        if self.memo is None:
+            return None
+        return value_hash(state) if expr is None else self.memo.expr_hash(expr)
 
     def stream(self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int) -> None:
         if self.program.mode == FIT:
@@ -232,10 +320,30 @@ class _BlockRun:
                 f"stream '{nodes[0]}' cannot run in a fit (as in Soma): fit the plan "
                 "without the stream first, then run it forward with those states"
             )
+        last, started = nodes[-1], time.time()
+        key = self._stream_key(nodes, bound, chunk_size)
+        if key is not None and self._take_hit(last, key, served=True):
+            self.cached += nodes[:-1]  # the whole stream was served
+            self.times[last] = [started, time.time()]
+            return
         chain = [(n, bound[n]) for n in nodes]
         output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.stream_state)
-        self.raw[nodes[-1]] = output
-        self.keep(nodes[-1], self.store_value(nodes[-1], output))
+        self.raw[last] = output
+        self.keep(last, self.store_output(last, output, key, time.time() - started))
+
+    def _stream_key(
+        self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int
+    ) -> str | None:
+        if self.memo is None or not all(bound[n].entry.deterministic for n in nodes):
+            return None
+        parts = []
+        for node_id in nodes:
+            config = self.memo.identity(node_id, bound[node_id])
+            if config is None:
+                return None
+            expr = self.program.states.get(node_id)
+            parts.append((config, value_hash(None) if expr is None else self.memo.expr_hash(expr)))
+        return self.memo.stream_key(parts, self.memo.expr_hash(self.input_of(nodes[0])), chunk_size)
 
     def fit_composite(self, nodes: list[str], bound: dict[str, BoundNode]) -> bool:
         """Fit the block at once through its first filter's ``composite_fit``, as Soma
@@ -262,6 +370,16 @@ class _BlockRun:
         put = self.store.put_shared if node_id in self.program.final_nodes else self.store.put_value
         return ref_expr(put(self.run_id, node_id, self.epoch, value, self.attempt))
 
+    def store_output(self, node_id: str, value: Any, key: str | None, compute_s: float) -> Expr:
+        """Store a computed output for the run, and in the cache under ``key`` when there
+        is one; with its content hash when the run uses the cache."""
+        stored = self.store_value(node_id, value)
+        if self.memo is None:
+            return stored
+        if key is not None:
+            self.cache_keys[node_id] = key
+        return self.memo.store(key, "output", stored, value, compute_s)
+
     def keep(self, node_id: str, expr: Expr) -> None:
         self.outputs[node_id] = expr
 
@@ -274,7 +392,7 @@ class _BlockRun:
     def labels(self) -> Any:
         if not self._labels_read:
             labels = self.program.labels
-            self._labels = None if labels is None else materialize(labels, self._fetch)
+            self._labels = None if labels is None else materialize(labels, self.fetch)
             self._labels_read = True
         return self._labels
 
@@ -282,13 +400,13 @@ class _BlockRun:
         """A stream node's starting state: the run's, or None (Soma's ``Value::Empty``)
         when it was never fitted, in every stream mode, where a plain forward fails."""
         expr = self.program.states.get(node_id)
-        return None if expr is None else materialize(expr, self._fetch)
+        return None if expr is None else materialize(expr, self.fetch)
 
     def state_for(self, node_id: str, bound: BoundNode) -> Any:
         """The state a forward uses: the run's, or None for what learns nothing."""
         expr = self.program.states.get(node_id)
         if expr is not None:
-            return materialize(expr, self._fetch)
+            return materialize(expr, self.fetch)
         if bound.trainable and self.program.mode != FIT:
             raise MissingStateError(
                 f"node '{node_id}' is a trainable filter ({bound.entry.qualname}) and this "

@@ -73,6 +73,7 @@ def execute_block(
     started: PendingStart | None = None,
     ahead: tuple[int, int] | None = None,
     first_try: bool = True,
+    summary: list[str] | None = None,
 ) -> PendingStart | None:
     """Run one block here and advance its run; a failure fails the run and re-raises.
 
@@ -85,6 +86,9 @@ def execute_block(
     keys of their own and its record holds only while that attempt is the block's
     current one. A fenced execution (the block ran again elsewhere meanwhile) stops
     here, saying so in one log line: its values are never referenced.
+
+    ``summary`` gets a line saying which nodes ran and which came from the content
+    cache (the task's result, which Flower shows).
     """
     found = _engine(context, run_id)
     if found is None:
@@ -133,6 +137,7 @@ def execute_block(
             catalog=default_catalog,
             worker_id=context.worker_id,
             attempt=attempt,
+            cache=context.content_cache if engine.program.cache else None,
         )
     except Exception as exc:
         if not state.is_current(nodes[0], epoch, attempt):
@@ -141,8 +146,10 @@ def execute_block(
         history.record_failure(context.history_log(), run_id, nodes, epoch, exc)
         engine.node_failed(block, epoch, exc, context.worker_id)
         raise
+    if summary is not None:
+        summary.append(outcome_line(nodes, result.cached))
     result.history = history.done_lines(
-        context.worker_id, nodes, epoch, result.node_times, result.ended_at
+        context.worker_id, nodes, epoch, result.node_times, result.ended_at, result.cached
     )
     following = None
     if ahead is not None:
@@ -166,6 +173,15 @@ def execute_block(
     return following if following is not None and following.sent else None
 
 
+def outcome_line(nodes: list[str], cached: list[str]) -> str:
+    """``ran: a, b; cached: c``: what a block's task did, for Flower's result column."""
+    ran = [n for n in nodes if n not in cached]
+    parts = ([f"ran: {', '.join(ran)}"] if ran else []) + (
+        [f"cached: {', '.join(cached)}"] if cached else []
+    )
+    return "; ".join(parts)
+
+
 def _say_fenced(run_id: str, nodes: list[str], epoch: int, attempt: int, what: str) -> None:
     """The one line a fenced execution leaves: its node ran again since it started."""
     log.warning(
@@ -187,13 +203,14 @@ def run_node(
     epoch: int,
     input: Expr,
     nodes: list[str] | None = None,
-) -> None:
+) -> str | None:
     """Run a plan block on this worker (see the module docstring). ``nodes``, the
     block's node ids when the message carries them, let its start ride in the round
     trip that reads the run's program when this process has not compiled it yet."""
     context = run_context(self.app, settings_of(self.app))
     task_id = self.request.id or ""
     first = [True]  # a redo after a Redis outage restarts its own start: no death
+    summary: list[str] = []
 
     def attempt() -> None:
         first_try = bool(first and first.pop())
@@ -201,10 +218,19 @@ def run_node(
         if nodes and isinstance(nodes, list):
             started = _start_reading(context, run_id, block, epoch, task_id, nodes)
         execute_block(
-            context, run_id, block, epoch, input, task_id, started=started, first_try=first_try
+            context,
+            run_id,
+            block,
+            epoch,
+            input,
+            task_id,
+            started=started,
+            first_try=first_try,
+            summary=summary,
         )
 
     _retrying(context, f"run {run_id} block {block}", attempt)
+    return summary[-1] if summary else None
 
 
 def _start_reading(
@@ -238,6 +264,7 @@ def _run_batched(
     block: list[Any],
     started: PendingStart | None,
     ahead: tuple[int, int] | None,
+    summary: list[str] | None = None,
 ) -> PendingStart | None:
     """One block of a batch, done again after a Redis outage. Only the first
     attempt uses the start that rode in the previous block's record: a redo
@@ -257,16 +284,18 @@ def _run_batched(
             started=handed.pop() if handed else None,
             ahead=ahead,
             first_try=bool(first and first.pop()),
+            summary=summary,
         )
 
     return _retrying(context, f"run {run_id} block {bid}", attempt)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
-def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> None:
+def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> str | None:
     """Run several ready blocks of one run here, in order; the first failure
     fails the run (the rest are then skipped) and is raised at the end."""
     context = run_context(self.app, settings_of(self.app))
+    summary: list[str] = []
     first_error: Exception | None = None
     task_id = self.request.id or ""
     started: PendingStart | None = None
@@ -275,12 +304,13 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> Non
         if position + 1 < len(blocks):
             ahead = (int(blocks[position + 1][0]), int(blocks[position + 1][1]))
         try:
-            started = _run_batched(context, run_id, task_id, block, started, ahead)
+            started = _run_batched(context, run_id, task_id, block, started, ahead, summary)
         except Exception as exc:
             started = None
             first_error = first_error or exc
     if first_error is not None:
         raise first_error
+    return "; ".join(line for line in summary if line) or None
 
 
 @shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)

@@ -19,7 +19,8 @@ import pytest
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NodeFailedError, NoWorkersError, RunCancelledError
 from somatize_tasks.runtime.producer.handle import PlanRun
-from somatize_tasks.runtime.producer.submit import submit_plan, submit_study
+from somatize_tasks.runtime.producer.submit import submit_plan
+from somatize_tasks.runtime.producer.trials import submit_study
 from somatize_tasks.workers.registry import Registry
 from testkit.nodes import run_nodes  # noqa: F401  (the local fallback needs the catalog here)
 from testkit.plans import (
