@@ -13,10 +13,14 @@ from typing import Any
 import boto3
 import pytest
 
+from somatize_tasks.config.connections import redis_client
+from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NodeFailedError
+from somatize_tasks.observe.timeline import timeline_svg
 from somatize_tasks.runtime.producer.handle import PlanRun
 from somatize_tasks.runtime.producer.submit import submit_plan
+from somatize_tasks.runtime.state.history import read_events
 from testkit.nodes.cache_nodes import runs
 from testkit.plans import ex, par, remote, seq
 from testkit.workers import WorkerProcess
@@ -65,8 +69,15 @@ def test_a_plan_run_twice_runs_no_node_the_second_time(
     assert second.status().cached == len(NODES) == second.status().done
     shown = cli("status", second.id, settings=settings)
     assert shown.returncode == 0, shown.stderr
-    assert "(0 ran, 5 from the cache)" in shown.stdout
-    assert "5/5 nodes" in shown.stdout and "cached" in shown.stdout
+    assert "5/5 nodes (0 ran, 5 from the cache)" in shown.stdout
+    listed = json.loads(cli("status", second.id, "--json", settings=settings).stdout)
+    assert listed["progress"]["cached"] == 5
+    assert all(n["cached"] and len(n["cache_key"]) == 64 for n in listed["nodes"].values())
+    client, keys = redis_client(settings), RedisKeys(settings.key_prefix)
+    drawn = timeline_svg(second.status(), history=read_events(client, keys, second.id))
+    assert drawn.count('data-state="cached"') == len(NODES)  # each node's bar says so
+    drawn = timeline_svg(first.status(), history=read_events(client, keys, first.id))
+    assert 'data-state="cached"' not in drawn
 
 
 def test_a_changed_node_reruns_with_what_depends_on_its_output_only(
@@ -188,12 +199,12 @@ def test_a_fit_caches_its_states_and_a_forward_with_them_its_outputs(
     plan = ex("s")
     ops = {"s": "ck_scale"}
     given = {"s": {"log": str(tmp_path), "tag": "s"}}
-    fits = [
-        run(settings, plan, ops=ops, params=given, input=[2.0, 4.0], mode="fit") for _ in (1, 2)
-    ]
-    for fit in fits:
+    fits = []
+    for _ in (1, 2):  # one after the other: the second finds what the first kept
+        fit = run(settings, plan, ops=ops, params=given, input=[2.0, 4.0], mode="fit")
         assert fit.wait(timeout=60) == [2 / 3, 4 / 3]
         assert fit.states() == {"s": 3.0}
+        fits.append(fit)
     assert (runs(tmp_path, "s.fit"), runs(tmp_path, "s")) == (1, 1)
     forward = run(settings, plan, ops=ops, params=given, input=[3.0], states_from=fits[1].id)
     assert forward.wait(timeout=60) == [1.0]
