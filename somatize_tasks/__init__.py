@@ -11,6 +11,7 @@ from somatize_tasks.catalog.entries import (
     load_catalog_modules,
     node,
 )
+from somatize_tasks.catalog.trial import current_seed, current_trial, report
 from somatize_tasks.config.keys import RedisKeys, queue_name
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import (
@@ -30,7 +31,8 @@ from somatize_tasks.runtime.compile.control import Handoff
 from somatize_tasks.runtime.producer.handle import PlanRun, Progress, RunStatus
 from somatize_tasks.runtime.producer.local import run_local
 from somatize_tasks.runtime.producer.submit import submit_plan
-from somatize_tasks.runtime.producer.trials import StudyRun, submit_study
+from somatize_tasks.runtime.producer.trials import StudyRun
+from somatize_tasks.study.api import StudyHandle, submit_study
 from somatize_tasks.workers import boot as worker_boot  # noqa: F401  (connects the worker start-up hook)
 from somatize_tasks.workers.registry import Registry, live_workers
 
@@ -55,15 +57,19 @@ __all__ = [
     "RunStatus",
     "RunTimeoutError",
     "Settings",
+    "StudyHandle",
     "StudyRun",
     "app",
     "call_node",
     "create_app",
+    "current_seed",
+    "current_trial",
     "default_catalog",
     "live_workers",
     "load_catalog_modules",
     "node",
     "queue_name",
+    "report",
     "run_local",
     "settings_of",
     "submit_plan",

@@ -25,6 +25,7 @@ TEST_NODES = ",".join(
         "testkit.nodes.soma_nodes",
         "testkit.nodes.fence_nodes",
         "testkit.nodes.cache_nodes",
+        "testkit.nodes.study_nodes",
     ]
 )
 

@@ -41,6 +41,7 @@ LAYERS = (
     "somatize_tasks.runtime.worker",
     "somatize_tasks.runtime.producer",
     "somatize_tasks.runtime",
+    "somatize_tasks.study",
     "somatize_tasks.observe",
     "somatize_tasks.sizing",
     "somatize_tasks.local_cluster",

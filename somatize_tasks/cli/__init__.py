@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "observe",
     "cluster",
     "simulate",
+    "study",
 )
 
 for _name in _COMMAND_MODULES:

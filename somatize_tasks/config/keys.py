@@ -50,6 +50,11 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:run:<id>:outbox``     HASH    blocks recorded as dispatched whose
                                         messages are not known to be out yet
     ``<p>:run:<id>:lease``      STRING  who is repairing the run now (PX lease)
+    ``<p>:study:<id>:reports``  LIST    metrics a trial's nodes reported, for the
+                                        study's driver (``somatize_tasks.study``)
+    ``<p>:study:<id>:verdict:<r>``      LIST    the driver's answer to report <r>:
+                                        ``stop`` or ``go`` (expires in a minute)
+    ``<p>:study:<id>:pruned``   SET     trial numbers the pruner stopped
     ==========================  ======  ==========================================
 
 A worker is live while its ``seen`` score is within the heartbeat TTL; a
@@ -142,6 +147,11 @@ class RedisKeys:
     def run(self, run_id: str, part: str | None = None) -> str:
         """A run's meta hash, or one of its parts (``results``, ``nodes``, ...)."""
         return self.key("run", run_id) if part is None else self.key("run", run_id, part)
+
+    def study(self, study_id: str, part: str) -> str:
+        """A study's channel between trials and its driver (``reports``, ``pruned``,
+        ``verdict:<report id>``)."""
+        return self.key("study", study_id, part)
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every key of one run: its meta hash and each of :data:`RUN_PARTS`."""

@@ -266,8 +266,17 @@ def _store_input(context: RunContext, run_id: str, value: Any, node_id: str = IN
     return ref_expr(ref.as_json())
 
 
-def _start(context: RunContext, request: RunRequest, distribution: DistributionPlan) -> PlanRun:
-    run_id = uuid.uuid4().hex[:16]
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _start(
+    context: RunContext,
+    request: RunRequest,
+    distribution: DistributionPlan,
+    run_id: str | None = None,
+) -> PlanRun:
+    run_id = run_id or new_run_id()
     reserve_checking_keys(context, run_id, distribution)
     plan, predecessors = request.plan, request.document.predecessors
     limits = (context.settings.node_soft_time_limit_s, context.settings.node_time_limit_s)

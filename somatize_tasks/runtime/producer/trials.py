@@ -81,11 +81,13 @@ def start_trial(
     cache: bool = True,
     seed: int | None = None,
     trial: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> PlanRun:
-    """Start one trial run where ``distribution`` (one trial's slice) places it."""
+    """Start one trial run where ``distribution`` (one trial's slice) places it, under
+    ``run_id`` when given (a driver records it before the run exists)."""
     check_run_inputs(plan.plan, params, ops, default_catalog, wire=True)
     request = RunRequest(plan, input, params, ops, cache=cache, seed=seed, trial=trial)
-    return _start(context, request, distribution)
+    return _start(context, request, distribution, run_id)
 
 
 class StudyRun:

@@ -24,6 +24,7 @@ from scheduler import Branch, Composite, Step, Stream
 from somatize_tasks.cache.content import ContentCache, Hit
 from somatize_tasks.cache.hashing import value_hash
 from somatize_tasks.catalog.entries import BoundNode, Catalog, CatalogEntry
+from somatize_tasks.catalog.trial import NodeContext, Reporter, running
 from somatize_tasks.errors import ControlFlowError, MissingStateError, UnknownNodeError
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.control import (
@@ -93,6 +94,7 @@ def run_block(
     worker_id: str,
     attempt: int = 0,
     cache: ContentCache | None = None,
+    reporter: Reporter | None = None,
 ) -> LeafResult:
     """Run the block's nodes on its input; store each output; report the result.
 
@@ -100,7 +102,9 @@ def run_block(
     value it writes goes under a key of its own, and its record holds only if it
     is still the block's current attempt. With a ``cache`` and a run whose cache
     is on, each node is looked up first (:mod:`somatize_tasks.runtime.worker.memo`);
-    a hit runs none of its code."""
+    a hit runs none of its code. While a node's code runs,
+    :mod:`somatize_tasks.catalog.trial` tells it its run, seed and study trial, and
+    ``reporter`` takes its ``report(...)`` calls."""
     started = time.time()
     run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt)
     if cache is not None and program.cache and not isinstance(block.node, Step):
@@ -117,13 +121,21 @@ def run_block(
     # its turn comes, so an unknown node fails as itself, after the nodes before it ran.
     together = isinstance(node, Stream) or type(node) is Composite
     bound = {n: _bound_or_tagged(bind, n) for n in nodes} if together else {}
+
+    def context(node_id: str) -> NodeContext:
+        return NodeContext(run_id, node_id, program.seed, program.trial, reporter)
+
     if isinstance(node, Stream):
-        run.stream(nodes, bound, node.chunk_size)
-    elif not (type(node) is Composite and run.fit_composite(nodes, bound)):
-        for node_id in nodes:
+        with running(context(nodes[0])):
+            run.stream(nodes, bound, node.chunk_size)
+    else:
+        with running(context(nodes[0])):
+            fitted = type(node) is Composite and run.fit_composite(nodes, bound)
+        for node_id in [] if fitted else nodes:
             began = time.time()
             try:
-                run.node(node_id, bound.get(node_id) or bind(node_id))
+                with running(context(node_id)):
+                    run.node(node_id, bound.get(node_id) or bind(node_id))
             except Exception as exc:
                 tag_failure(exc, node_id, began, run.times, run.outputs)
                 raise
