@@ -20,6 +20,7 @@ stopped.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState as OptunaState
@@ -34,12 +35,20 @@ def grid_size(spec: StudySpec) -> int:
     return math.prod(len(values) for values in grid_space(spec.space, spec.grid_points).values())
 
 
+class _Grid(optuna.samplers.GridSampler):
+    """A grid that does not stop its study when it is covered: ``study.stop()`` works
+    only inside ``optimize``, and the driver counts the trials itself."""
+
+    def after_trial(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def sampler_for(spec: StudySpec, resumed_at: int = 0) -> optuna.samplers.BaseSampler:
     """The spec's sampler. Resumed after ``resumed_at`` trials, its seed moves on by as
     many: a sampler seeded as before would draw the first trials' points again."""
     seed = None if spec.seed is None else spec.seed + resumed_at
     if spec.strategy == "grid":
-        return optuna.samplers.GridSampler(grid_space(spec.space, spec.grid_points), seed=seed)
+        return _Grid(grid_space(spec.space, spec.grid_points), seed=seed)
     if spec.strategy == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from somatize_tasks import current_trial, node, report
+from somatize_tasks import current_seed, current_trial, node, report
 from testkit.nodes.cache_nodes import ran
 
 QUAD_MINIMUM = 2.0
@@ -38,4 +38,4 @@ def curve(
         loss = 1.0 / (1.0 + rate * (step + 1))
         if report("loss", loss, step):
             return {"loss": loss, "stopped_at": step, "trial": current_trial()}
-    return {"loss": loss, "stopped_at": None, "trial": current_trial()}
+    return {"loss": loss, "stopped_at": None, "trial": current_trial(), "seed": current_seed()}

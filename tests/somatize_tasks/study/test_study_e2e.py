@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from somatize_tasks.config.settings import Settings
+from somatize_tasks.runtime.producer.handle import PlanRun
 from somatize_tasks.study.api import submit_study
 from somatize_tasks.study.record import StudyRecord
 from testkit.nodes.cache_nodes import runs
@@ -165,3 +166,43 @@ def test_a_study_killed_halfway_resumes_without_repeating_a_trial(
         finished_before
     )  # kept as they were, not run again
     assert runs(tmp_path, "quad") == 16  # each trial's node ran exactly once
+
+
+def test_a_grid_runs_each_configuration_per_seed_and_a_repeated_study_costs_nothing(
+    settings: Settings, two_workers: Workers, tmp_path: Path
+) -> None:
+    wait_idle(settings)
+    space = [{"type": "categorical", "name": "st_curve.rate", "choices": [0.5, 2.0]}]
+
+    def grid() -> Any:
+        return submit_study(
+            ex("st_curve"),
+            space=space,
+            n_trials=10,  # more than the grid: the whole grid, once
+            objective="st_curve.loss",
+            strategy="grid",
+            seeds=[1, 2],
+            params={"st_curve": {"log": str(tmp_path), "pause": 0.01}},
+            settings=settings,
+        )
+
+    study = grid()
+    best = study.wait(timeout=120)
+    trials = study.trials
+    assert len(trials) == 4 and study.total == 4
+    assert sorted((t["params"]["st_curve.rate"], t["seed"]) for t in trials) == [
+        (0.5, 1),
+        (0.5, 2),
+        (2.0, 1),
+        (2.0, 2),
+    ]
+    assert best is not None and best["params"]["st_curve.rate"] == 2.0
+    for trial in trials:  # the node saw its trial and its seed
+        output = PlanRun.attach(trial["run_id"], settings).result("st_curve")
+        assert output["seed"] == trial["seed"] == output["trial"]["seed"]
+        assert output["trial"]["number"] == trial["number"]
+    assert runs(tmp_path, "curve") == 4
+    again = grid()
+    again.wait(timeout=120)
+    assert [t["value"] for t in again.trials] == [t["value"] for t in trials]
+    assert runs(tmp_path, "curve") == 4  # every trial of the second study was a cache hit
