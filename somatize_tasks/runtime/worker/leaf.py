@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler import Branch, Composite, Step, Stream
 from somatize_tasks.cache.content import ContentCache, Hit
-from somatize_tasks.cache.hashing import value_hash
 from somatize_tasks.catalog.entries import BoundNode, Catalog, CatalogEntry
 from somatize_tasks.catalog.trial import NodeContext, Reporter, running
 from somatize_tasks.errors import ControlFlowError, MissingStateError, UnknownNodeError
@@ -39,19 +37,10 @@ from somatize_tasks.runtime.compile.program import FIT, Program
 from somatize_tasks.runtime.compile.values import Expr, materialize, node_input_expr, ref_expr
 from somatize_tasks.runtime.state.failures import tag_failure
 from somatize_tasks.runtime.state.run_state import LeafResult
-from somatize_tasks.runtime.worker.memo import BlockMemo
+from somatize_tasks.runtime.worker.memo import BlockMemo, NodeKeys
 from somatize_tasks.runtime.worker.stream import run_stream
 
 STATE_PREFIX = "__state_"
-
-
-@dataclass(frozen=True)
-class _Keys:
-    """What a node's cache keys are made of: its config hash and its input's hash."""
-
-    memo: BlockMemo
-    config: str
-    input: str
 
 
 class ValueStore(Protocol):
@@ -254,13 +243,13 @@ class _BlockRun:
         """Soma's ``run_node``: fit if a fit asks it (its state looked up first), then the
         output looked up, else computed; each kept in the cache when it is on."""
         started = time.time()
-        keys = self._node_keys(node_id, bound)
+        keys = None if self.memo is None else self.memo.keys(node_id, bound, self.input_of(node_id))
         ran = False
         if self.program.mode == FIT and bound.trainable:
             state, state_hash, ran = self._fit(node_id, bound, keys)
         else:
             state = self.state_for(node_id, bound)
-            state_hash = None if keys is None else self._state_hash(node_id, state)
+            state_hash = None if keys is None else keys.memo.state_hash(node_id, state)
         out_key = None
         if keys is not None and state_hash is not None and bound.entry.deterministic:
             out_key = keys.memo.output_key(keys.config, state_hash, keys.input)
@@ -274,16 +263,8 @@ class _BlockRun:
             self.keep(node_id, self.store_output(node_id, output, out_key, time.time() - computing))
         self.times[node_id] = [started, time.time()]
 
-    def _node_keys(self, node_id: str, bound: BoundNode) -> _Keys | None:
-        if self.memo is None:
-            return None
-        config = self.memo.identity(node_id, bound)
-        if config is None:
-            return None
-        return _Keys(self.memo, config, self.memo.expr_hash(self.input_of(node_id)))
-
     def _fit(
-        self, node_id: str, bound: BoundNode, keys: _Keys | None
+        self, node_id: str, bound: BoundNode, keys: NodeKeys | None
     ) -> tuple[Any, str | None, bool]:
         """The node's state, its content hash, and whether ``fit`` ran (not a hit)."""
         key = None if keys is None else keys.memo.state_key(keys.config, keys.input)
@@ -320,12 +301,6 @@ class _BlockRun:
             self.cached.append(node_id)
         return True
 
-    def _state_hash(self, node_id: str, state: Any) -> str | None:
-        expr = self.program.states.get(node_id)
-        if self.memo is None:
-            return None
-        return value_hash(state) if expr is None else self.memo.expr_hash(expr)
-
     def stream(self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int) -> None:
         if self.program.mode == FIT:
             raise ControlFlowError(
@@ -333,7 +308,9 @@ class _BlockRun:
                 "without the stream first, then run it forward with those states"
             )
         last, started = nodes[-1], time.time()
-        key = self._stream_key(nodes, bound, chunk_size)
+        key = None
+        if self.memo is not None:
+            key = self.memo.stream_key(nodes, bound, self.input_of(nodes[0]), chunk_size)
         if key is not None and self._take_hit(last, key, served=True):
             self.cached += nodes[:-1]  # the whole stream was served
             self.times[last] = [started, time.time()]
@@ -342,20 +319,6 @@ class _BlockRun:
         output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.stream_state)
         self.raw[last] = output
         self.keep(last, self.store_output(last, output, key, time.time() - started))
-
-    def _stream_key(
-        self, nodes: list[str], bound: dict[str, BoundNode], chunk_size: int
-    ) -> str | None:
-        if self.memo is None or not all(bound[n].entry.deterministic for n in nodes):
-            return None
-        parts = []
-        for node_id in nodes:
-            config = self.memo.identity(node_id, bound[node_id])
-            if config is None:
-                return None
-            expr = self.program.states.get(node_id)
-            parts.append((config, value_hash(None) if expr is None else self.memo.expr_hash(expr)))
-        return self.memo.stream_key(parts, self.memo.expr_hash(self.input_of(nodes[0])), chunk_size)
 
     def fit_composite(self, nodes: list[str], bound: dict[str, BoundNode]) -> bool:
         """Fit the block at once through its first filter's ``composite_fit``, as Soma

@@ -16,7 +16,8 @@ fit. A Stream is cached as one computation of all its nodes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from somatize_tasks.cache.content import ContentCache, Hit, Kind
@@ -34,6 +35,15 @@ from somatize_tasks.runtime.compile.program import Program
 from somatize_tasks.runtime.compile.values import Expr
 
 HASH = "hash"
+
+
+@dataclass(frozen=True)
+class NodeKeys:
+    """What a node's cache keys are made of: its config hash and its input's hash."""
+
+    memo: BlockMemo
+    config: Digest
+    input: Digest
 
 
 def hashed(expr: Expr, digest: Digest) -> Expr:
@@ -95,6 +105,17 @@ class BlockMemo:
             self._identities[node_id] = node_identity(bound.entry, bound.params)
         return self._identities[node_id]
 
+    def keys(self, node_id: str, bound: BoundNode, input_expr: Expr) -> NodeKeys | None:
+        """The node's key material, or None when it has no identity (never cached)."""
+        config = self.identity(node_id, bound)
+        return None if config is None else NodeKeys(self, config, self.expr_hash(input_expr))
+
+    def state_hash(self, node_id: str, state: Any) -> Digest:
+        """The hash of the state a forward uses: the run's (by its expression), or the
+        value itself (None when the node has none)."""
+        expr = self.program.states.get(node_id)
+        return value_hash(state) if expr is None else self.expr_hash(expr)
+
     def state_key(self, config: Digest, input_hash: Digest) -> Digest:
         return state_key(config, input_hash, self.labels_hash(), self.program.seed)
 
@@ -102,16 +123,20 @@ class BlockMemo:
         return output_key(config, state, input_hash, self.program.seed)
 
     def stream_key(
-        self, parts: list[tuple[Digest, Digest]], input_hash: Digest, chunk_size: int
-    ) -> Digest:
-        """A whole Stream: every node's (config, starting state), the chunking, the input."""
-        flat = [digest for pair in parts for digest in pair]
-        return output_key(
-            combine("stream", str(chunk_size), *flat),
-            value_hash(None),
-            input_hash,
-            self.program.seed,
-        )
+        self, nodes: list[str], bound: Mapping[str, BoundNode], input_expr: Expr, chunk_size: int
+    ) -> Digest | None:
+        """A whole Stream: every node's config and starting state, the chunking, the
+        input; None if one of its nodes is never cached."""
+        if not all(bound[n].entry.deterministic for n in nodes):
+            return None
+        parts: list[Digest] = []
+        for node_id in nodes:
+            config = self.identity(node_id, bound[node_id])
+            if config is None:
+                return None
+            parts += [config, self.state_hash(node_id, None)]
+        combined = combine("stream", str(chunk_size), *parts)
+        return output_key(combined, value_hash(None), self.expr_hash(input_expr), self.program.seed)
 
     # --- entries -----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from somatize_tasks.config.keys import RedisKeys
+from somatize_tasks.runtime.engine.context import RunContext
 
 log = logging.getLogger(__name__)
 #: How long a report waits for the driver's verdict before it goes on.
@@ -74,3 +75,12 @@ class TrialReporter:
             log.warning("trial %d: report %s not delivered: %s", self.number, name, exc)
             return False
         return answer is not None and answer[1] == STOP
+
+
+def reporter_for(
+    context: RunContext, trial: dict[str, Any] | None, run_id: str
+) -> TrialReporter | None:
+    """Where a study trial's ``report(...)`` calls go (None outside a study)."""
+    if trial is None:
+        return None
+    return TrialReporter(context.redis, context.keys, trial, run_id, context.settings.run_ttl_s)

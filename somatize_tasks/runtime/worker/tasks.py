@@ -45,7 +45,7 @@ from somatize_tasks.runtime.recovery.recompute import finish_recompute
 from somatize_tasks.runtime.state import history
 from somatize_tasks.runtime.state.starts import PendingStart
 from somatize_tasks.runtime.worker.leaf import run_block
-from somatize_tasks.runtime.worker.reporting import TrialReporter
+from somatize_tasks.runtime.worker.reporting import reporter_for
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -139,7 +139,7 @@ def execute_block(
             worker_id=context.worker_id,
             attempt=attempt,
             cache=context.content_cache if engine.program.cache else None,
-            reporter=_reporter(context, engine.program.trial, run_id),
+            reporter=reporter_for(context, engine.program.trial, run_id),
         )
     except Exception as exc:
         if not state.is_current(nodes[0], epoch, attempt):
@@ -173,15 +173,6 @@ def execute_block(
             # reaper asked for, whose new outputs go to the blocks waiting for them.
             finish_recompute(context, engine, dispatcher, block, epoch, result.node_outputs)
     return following if following is not None and following.sent else None
-
-
-def _reporter(
-    context: RunContext, trial: dict[str, Any] | None, run_id: str
-) -> TrialReporter | None:
-    """Where a study trial's ``report(...)`` calls go (None outside a study)."""
-    if trial is None:
-        return None
-    return TrialReporter(context.redis, context.keys, trial, run_id, context.settings.run_ttl_s)
 
 
 def outcome_line(nodes: list[str], cached: list[str]) -> str:
