@@ -78,6 +78,9 @@ def test_a_plan_run_twice_runs_no_node_the_second_time(
     assert drawn.count('data-state="cached"') == len(NODES)  # each node's bar says so
     drawn = timeline_svg(first.status(), history=read_events(client, keys, first.id))
     assert 'data-state="cached"' not in drawn
+    # A task's result, as its task-succeeded event carries it to Flower (and the log).
+    logs = "".join(w.log() for w in two_workers)
+    assert "succeeded in" in logs and ": 'cached: " in logs
 
 
 def test_a_changed_node_reruns_with_what_depends_on_its_output_only(
