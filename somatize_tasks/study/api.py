@@ -163,6 +163,7 @@ def start_study(
             raise StudyError("resume=True needs the study's record (record=PATH)")
         kept = StudyRecord.load(path)
         document = load_plan_document(kept.plan)
+        _same_study(kept.spec, space, n_trials, objective, document.plan.node_ids())
     else:
         document = load_plan_document(plan)
         spec = _spec(
@@ -195,6 +196,26 @@ def start_study(
     )
     driver.save()
     return StudyHandle(driver).start()
+
+
+def _same_study(
+    spec: StudySpec, space: Any, n_trials: int | None, objective: str | None, nodes: list[str]
+) -> None:
+    """Resuming takes the record's study; what the caller also gave must agree with it."""
+    differs = [
+        name
+        for name, given, kept in (
+            ("space", None if space is None else load_space(space, nodes), spec.space),
+            ("n_trials", n_trials, spec.n_trials),
+            ("objective", objective, spec.objective),
+        )
+        if given is not None and given != kept
+    ]
+    if differs:
+        raise StudyError(
+            f"the study record holds another study ({', '.join(differs)} differ): resume it "
+            "as it was, or start a new study with another record"
+        )
 
 
 def _spec(node_ids: list[str], **given: Any) -> StudySpec:

@@ -11,7 +11,7 @@ import pytest
 from somatize_tasks.catalog.trial import NodeContext, current_seed, current_trial, report, running
 from somatize_tasks.cli.study import parse_pruner
 from somatize_tasks.errors import StudyError
-from somatize_tasks.study.api import _pruning, _spec
+from somatize_tasks.study.api import _pruning, _same_study, _spec
 from somatize_tasks.study.record import MetricPoint, StudyRecord, TrialRecord
 from somatize_tasks.study.sampling import grid_size, new_study, replay
 from somatize_tasks.study.space import load_space, run_params
@@ -162,3 +162,11 @@ def test_the_study_command_says_what_a_new_study_needs(tmp_path: Path) -> None:
     assert done.returncode == 2 and "needs --space, --trials and --objective" in done.stderr
     resumed = cli("study", str(tmp_path / "plan.json"), "--resume", "--record", str(tmp_path / "r"))
     assert resumed.returncode == 1 and "nothing to resume" in resumed.stderr
+
+
+def test_a_resume_refuses_a_study_other_than_its_records() -> None:
+    spec = _spec_of()
+    _same_study(spec, None, None, None, NODES)  # nothing given: the record's study
+    _same_study(spec, SPACE, 8, "score", NODES)  # the same, given again
+    with pytest.raises(StudyError, match=r"another study \(n_trials, objective differ\)"):
+        _same_study(spec, SPACE, 9, "train", NODES)
