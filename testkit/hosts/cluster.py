@@ -175,6 +175,9 @@ class HostCluster:
             "worker_id": f"{self.key_prefix}-producer",
             "transfer_max_retries": 2,
             "transfer_retry_backoff_max_s": 1.0,
+            # Fault tests re-run the same plans: the content cache's own tests turn it on
+            # per run (cache="on"), as tests/conftest.py does for one host.
+            "content_cache": False,
             **overrides,
         }
         return Settings(**fields)

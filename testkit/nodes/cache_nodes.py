@@ -62,14 +62,15 @@ def length(values: list[float], log: str, tag: str) -> float:
 
 
 @node("ck_flaky")
-def flaky(x: Any, log: str, tag: str, marker: str) -> float:
+def flaky(x: Any, log: str, tag: str, marker: str) -> Any:
     """Fails the first time it runs (it leaves ``marker`` behind), then passes ``x`` on."""
     ran(log, tag)
     first = Path(marker)
     if not first.exists():
+        first.parent.mkdir(parents=True, exist_ok=True)
         first.write_text("failed once")
         raise RuntimeError("ck_flaky fails on its first try")
-    return float(x or 0)
+    return x
 
 
 @node("ck_noisy", deterministic=False)
