@@ -101,7 +101,9 @@ def test_a_value_crosses_workers_in_ram_falls_back_over_budget_and_goes_with_its
     local, a, b = ram_cluster
     ram = ram_of(local)
     first = made_across(local, a, b, MIB)  # read on b, memory-mapped from RAM
-    assert [p.name for p in files(ram, first.id)] == ["0"]
+    assert [p.name for p in files(ram, first.id)] == [
+        "0.1"
+    ]  # pass 0, attempt 1 (fencing: each attempt its own key)
     disk = [local.store_dir, local.cache_dir / a, local.cache_dir / b]
     assert not any(files(root, first.id) for root in disk)  # nothing on disk
 
