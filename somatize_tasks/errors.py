@@ -27,6 +27,8 @@
     │   ├── ArtifactMissingError    a value is neither inline, cached nor shared (LookupError)
     │   ├── ArtifactCorruptError    a stored value's size is not what its ref says
     │   ├── DiskFullError           no space left to write a value to a local disk
+    │   ├── PeerTransferError       a value could not be pulled from the worker holding it
+    │   │   └── GrantRefusedError   a holder refused a pull: no, a bad or an expired grant
     │   └── StoreError              the shared store failed (names endpoint and bucket)
     │       └── StoreUnavailableError   the store cannot be reached: retry later
     └── RunError                    a run did not produce its output
@@ -161,6 +163,16 @@ class ArtifactCorruptError(ArtifactError):
 class DiskFullError(ArtifactError):
     """No space left on a local disk (the cache, or a shared directory): the message
     names the node, the worker and the path, and says "no space left"."""
+
+
+class PeerTransferError(ArtifactError):
+    """A direct pull from the worker holding a value failed (unreachable, refused, cut
+    short, a size or digest that does not match); ``auto`` transfers fall back to S3."""
+
+
+class GrantRefusedError(PeerTransferError):
+    """The holder refused a pull: the grant was missing, forged, expired or for another
+    value, or the request was malformed."""
 
 
 class StoreError(ArtifactError):

@@ -19,6 +19,9 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         it holds (heartbeat; orphan detection)
     ``<p>:workers:keys``        HASH    worker id -> JSON list of the message key
                                         ids it accepts (``["unsigned"]``: any), at start
+    ``<p>:workers:peers``       HASH    worker id -> JSON ``{"address": "host:port"}``:
+                                        where it serves values (null: it does not),
+                                        at start (``workers.peers``)
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:msg:<id>``            STRING  who took a signed task message, until it
                                         expires (``messaging.replay``)
@@ -118,6 +121,11 @@ class RedisKeys:
         """Which message keys each worker accepts (ids only), announced at its start."""
         return self.key("workers", "keys")
 
+    @property
+    def workers_peers(self) -> str:
+        """Where each worker serves its values to others (direct transfers), at its start."""
+        return self.key("workers", "peers")
+
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""
         return self.key("workers", "tag", tag)
@@ -179,6 +187,8 @@ NODE_TASK_PREFIX = "somatize.node."
 TRANSFER_TASK_PREFIX = "somatize.transfer."
 TRANSFER_UPLOAD_TASK = "somatize.transfer.upload"
 TRANSFER_DOWNLOAD_TASK = "somatize.transfer.download"
+#: A direct transfer: the target pulls the value from its holder (S3 if that fails).
+TRANSFER_PULL_TASK = "somatize.transfer.pull"
 #: The node tasks: one block, or a batch of blocks for one worker.
 NODE_TASK = "somatize.node.run"
 NODE_BATCH_TASK = "somatize.node.batch"

@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 StoreKind = Literal["local", "s3"]
+TransferMode = Literal["direct", "s3", "auto"]
 CommaList = Annotated[list[str], NoDecode]
 CommaSecrets = Annotated[list[SecretStr], NoDecode]
 #: A message key shorter than this is refused: it could be guessed.
@@ -134,6 +135,15 @@ class Settings(BaseSettings):
     s3_max_concurrency: Annotated[int, Field(ge=1)] = 10
     transfer_max_retries: Annotated[int, Field(ge=0)] = 5
     transfer_retry_backoff_max_s: Annotated[float, Field(gt=0)] = 30.0
+
+    # Direct transfers: workers serve values to each other (somatize_tasks/transfer/peer*.py)
+    transfer: TransferMode = "auto"
+    serve_values: bool = True
+    serve_bind: str = "0.0.0.0"
+    serve_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    serve_address: str | None = None
+    grant_ttl_s: Annotated[float, Field(gt=0)] = 60.0
+    peer_timeout_s: Annotated[float, Field(gt=0)] = 10.0
 
     # This worker (read by `celery -A somatize_tasks worker` and `somatize-tasks worker`)
     worker_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] = (

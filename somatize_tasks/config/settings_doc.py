@@ -132,6 +132,16 @@ s3_download_chunk_bytes: ranged download size
 s3_max_concurrency: parallel parts per transfer
 transfer_max_retries: retries of a transfer task when S3 is unreachable
 transfer_retry_backoff_max_s: cap of the exponential backoff (1, 2, 4, ... s)
+transfer: how a value made on one worker reaches another: `direct` (pulled from the worker
+    that holds it), `s3` (up to the shared store and down), or `auto` (direct, and S3 whenever
+    a direct pull fails) ([several machines](multi-host.md#direct-transfers))
+serve_values: whether this worker serves the values in its cache to other workers (direct
+    transfers need `SOMATIZE_MESSAGE_KEY` too: without a key nothing is served)
+serve_bind: the address the value server listens on (`0.0.0.0`: every interface)
+serve_port: its port (`0`: a free port, announced in the worker's heartbeat)
+serve_address: the host other workers connect to (an address or name they can reach)
+grant_ttl_s: how long a signed grant to pull one value stays valid
+peer_timeout_s: connect and read timeout of a direct pull; past it the pull falls back to S3
 worker_id: this worker's id (letters, digits, `-`, `_`)
 worker_name: readable name in `WorkerInfo`
 worker_tags: capability tags, e.g. `gpu,training`
@@ -173,6 +183,7 @@ DEFAULTS: dict[str, str] = {
     "worker_name": "`<id>@<host>`",
     "max_concurrent": "pool concurrency",
     "gpu": "detected",
+    "serve_address": "the address this host reaches Redis from",
 }
 
 _BOUNDS: tuple[tuple[type[Any], str, str], ...] = (

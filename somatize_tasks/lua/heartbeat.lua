@@ -1,5 +1,5 @@
 -- A worker's heartbeat, stamped with Redis' clock; prunes entries past retention.
--- KEYS: seen, info, tags set, tasks, keys. ARGV: worker id, compact WorkerInfo,
+-- KEYS: seen, info, tags set, tasks, keys, peers. ARGV: worker id, compact WorkerInfo,
 -- retention ms, tag hash prefix, held task ids (JSON list, '' for no report), then the
 -- worker's tags. Returns Redis time in ms.
 -- include: forget

@@ -32,7 +32,11 @@ WORKER_STEPS = (
 )
 #: Consumer bootsteps (run each time the consumer connects to the broker).
 CONSUMER_STEPS = ("somatize_tasks.messaging.kombu_compat:RestoreAfterReconnect",)
-TASK_MODULES = ("somatize_tasks.transfer.tasks", "somatize_tasks.runtime.worker.tasks")
+TASK_MODULES = (
+    "somatize_tasks.transfer.tasks",
+    "somatize_tasks.runtime.worker.tasks",
+    "somatize_tasks.runtime.worker.pulls",
+)
 
 _SSL_CERT_REQS = {
     "required": ssl.CERT_REQUIRED,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from somatize_tasks.config.settings import Settings
-from somatize_tasks.errors import ArtifactMissingError, DiskFullError
+from somatize_tasks.errors import ArtifactCorruptError, ArtifactMissingError, DiskFullError
 from somatize_tasks.store.codecs import Codec, codec_for, codec_named
 from somatize_tasks.store.ids import artifact_key, key_part
 from somatize_tasks.store.local import LocalDir
@@ -217,6 +217,14 @@ class ArtifactStore:
         self.download(ref)
         return _read_file(self.cache.checked_path(ref.key, ref.size, self._where()), codec)
 
+    def held_path(self, key: str, size: int) -> Path | None:
+        """The file holding ``key`` here (RAM tier or cache) if it has exactly ``size``
+        bytes: what this worker can serve to another (see ``transfer.peer_server``)."""
+        held = None if self.ram is None else self.ram.path(key, size)
+        if held is None and self.cache.has(key, size):
+            held = self.cache.path_for(key)
+        return held
+
     def has_local(self, ref: ArtifactRef) -> bool:
         return (
             ref.inline is not None
@@ -240,6 +248,19 @@ class ArtifactStore:
             return
         with self._disk(ref.run_id, ref.node_id, ref.key):
             self.shared.download(ref.key, self.cache, ref.size)
+
+    def receive(self, ref: ArtifactRef, writer: Callable[[IO[bytes]], None]) -> int:
+        """Write ``ref``'s value into this worker's cache with ``writer`` (a value
+        arriving from another worker); it appears only if ``writer`` returns and the
+        file holds exactly ``ref.size`` bytes. The bytes written."""
+        with self._disk(ref.run_id, ref.node_id, ref.key):
+            written = self.cache.write(ref.key, writer)
+        if written != ref.size:
+            self.cache.path_for(ref.key).unlink(missing_ok=True)
+            raise ArtifactCorruptError(
+                f"artifact '{ref.key}' arrived with {written} bytes; its ref says {ref.size}"
+            )
+        return written
 
     @contextlib.contextmanager
     def _disk(self, run_id: str, node_id: str, key: str) -> Iterator[None]:

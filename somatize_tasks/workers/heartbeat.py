@@ -12,6 +12,10 @@ Each heartbeat also reports the ids of the node tasks (and transfer steps) this 
 (reserved, waiting for their ETA, or running: ``celery.worker.state.requests``),
 so the reaper can tell a node ``running`` or ``pending`` on a live worker
 that no longer has its message (see :mod:`somatize_tasks.runtime.recovery.orphans`).
+
+The same bootstep starts the worker's value server (direct transfers,
+:mod:`somatize_tasks.transfer.peer_server`) and announces its address with
+the worker's message keys (:mod:`somatize_tasks.workers.peers`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,12 @@ from somatize_tasks.config.keys import (
     TRANSFER_TASK_PREFIX,
     queue_name,
 )
+from somatize_tasks.config.settings import Settings
 from somatize_tasks.messaging.celery_app import settings_of
-from somatize_tasks.messaging.signing import accepted_key_ids
+from somatize_tasks.messaging.signing import accepted_key_ids, verification_keys
+from somatize_tasks.transfer import store_for
+from somatize_tasks.transfer.peer_server import ValueServer, start_server
+from somatize_tasks.workers import peers
 from somatize_tasks.workers.machine import cpu_cores, detect_gpu
 from somatize_tasks.workers.registry import Registry
 
@@ -170,6 +178,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
         self.heart: Heart | None = None
+        self.server: ValueServer | None = None
         # Runs after the worker applied -Q, so its own queue is always consumed.
         parent.app.amqp.queues.select_add(queue_name(settings_of(parent.app).worker_id))
 
@@ -192,12 +201,18 @@ class HeartbeatStep(bootsteps.StartStopStep):
             )
 
         registry = Registry.from_settings(settings)
+        self.server = serve(settings)
+        address = None
+        if self.server is not None:
+            address = peers.peer_address(peers.advertised_host(settings), self.server.port)
+            log.info("serving values to other workers on %s", address)
 
         def announce() -> None:  # producers check it before submitting (signing.refusing_workers)
             try:
                 registry.announce_keys(settings.worker_id, accepted_key_ids(settings))
+                peers.announce(registry.client, registry.keys, settings.worker_id, address)
             except RedisError as exc:
-                log.warning("could not announce this worker's message keys: %s", exc)
+                log.warning("could not announce this worker's message keys and address: %s", exc)
 
         self.heart = Heart(registry, describe, settings.heartbeat_interval_s, on_restored=announce)
         self.heart.start()
@@ -208,6 +223,31 @@ class HeartbeatStep(bootsteps.StartStopStep):
         if self.heart is not None:
             self.heart.stop(deregister=True)
             self.heart = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def shutdown(self, parent: Any) -> None:
         self.stop(parent)
+
+
+def serve(settings: Settings) -> ValueServer | None:
+    """This worker's value server, started; None (said once in the log) when it serves
+    nothing: values then leave it through S3 only."""
+    why_not = peers.serves(settings)
+    if why_not is None:
+        server = start_server(
+            store_for(settings),
+            verification_keys(settings),
+            settings.serve_bind,
+            settings.serve_port,
+            settings.peer_timeout_s,
+            on_error=lambda exc: log.warning(
+                "cannot serve values on %s:%d (%s)", settings.serve_bind, settings.serve_port, exc
+            ),
+        )
+        if server is not None:
+            return server
+        why_not = "its port could not be bound"
+    log.info("this worker serves no values to others (%s): they leave it through S3", why_not)
+    return None

@@ -30,6 +30,7 @@ Script keys (see :mod:`somatize_tasks.config.keys`):
                                 holds (absent: no report; see ``runtime.orphans``)
     ``<p>:workers:keys``        HASH worker id -> JSON list of the message key ids it
                                 accepts, written once at its start (see ``signing``)
+    ``<p>:workers:peers``       HASH worker id -> where it serves values (``workers.peers``)
 Entries older than :data:`~somatize_tasks.config.keys.WORKER_RETENTION_MS` are
 pruned from all of them by the next heartbeat (so every key has an end).
 """
@@ -101,6 +102,7 @@ class Registry:
             self.keys.worker_tags,
             self.keys.workers_tasks,
             self.keys.workers_keys,
+            self.keys.workers_peers,
         ]
 
     def heartbeat(self, info: WorkerInfo, tasks: Sequence[str] | None = None) -> int:

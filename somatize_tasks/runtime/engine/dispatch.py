@@ -5,7 +5,11 @@ at once. Otherwise each missing value gets a small Celery chain,
 ``upload`` (source worker's queue) -> ``download`` (target worker's queue)
 -> ``input_ready`` (target queue), and the block is published by the
 ``input_ready`` that brings its pending-transfer counter to zero. Nothing
-ever waits on a result: every step is started by the one before it.
+ever waits on a result: every step is started by the one before it. Where
+both workers announced themselves as peers and the holder serves its
+values (:mod:`somatize_tasks.workers.peers`), and ``SOMATIZE_TRANSFER`` is not
+``s3``, the chain is a single ``pull`` on the target instead
+(:mod:`~somatize_tasks.runtime.engine.transfer_chains`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from somatize_tasks.runtime.compile.values import Expr, refs_in
 from somatize_tasks.runtime.engine.context import PRODUCER, RunContext
 from somatize_tasks.runtime.engine.transfer_chains import TransferChain, transfer_record
 from somatize_tasks.runtime.state.redis_state import RedisRunState
+from somatize_tasks.workers.peers import Peer, read_peers
 
 #: A worker's ready blocks go out in at least this many messages (when there are
 #: that many), so a batch never leaves its worker's other slots idle.
@@ -65,6 +70,7 @@ class CeleryDispatcher:
         self._no_upload: set[str | None] = {None, PRODUCER, *unavailable}
         self._avoiding = {"avoiding": sorted(unavailable)} if unavailable else {}
         self._held: list[tuple[Block, int, Expr]] | None = None
+        self._peers: dict[str, Peer | None] = {}
         self._depth = 0
         #: Writes that go first in the next records transaction: ``submit_plan`` puts
         #: the run's own record there, so a run and its first block cost one round trip.
@@ -124,10 +130,7 @@ class CeleryDispatcher:
         worker = block.worker_id or ""
         missing, direct = self._classify(input_expr, worker)
         task_id = uuid()
-        chains = [
-            TransferChain.plan(ref, worker, ref.get("worker_id") not in self._no_upload)
-            for ref in missing
-        ]
+        chains = [self._chain(ref, worker) for ref in missing]
         status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
         if chains:
             status["chain"] = [pair for c in chains for pair in c.watched()]
@@ -327,6 +330,27 @@ class CeleryDispatcher:
         """Nothing to publish: waiters watch the run's state in Redis."""
 
     # --- transfers -------------------------------------------------------------------
+
+    def _chain(self, ref: dict[str, Any], target: str) -> TransferChain:
+        """How ``ref`` reaches ``target``: from the shared store when it is there
+        already, pulled from its holder when both can, else up to S3 and down."""
+        source = ref.get("worker_id")
+        if source in self._no_upload:
+            return TransferChain.plan(ref, target, upload=False)
+        if self._pulls(str(source), target):
+            return TransferChain.pull(ref, target)
+        return TransferChain.plan(ref, target, upload=True)
+
+    def _pulls(self, source: str, target: str) -> bool:
+        """Whether ``target`` can pull from ``source``: direct transfers are on, the
+        target knows the pull task and the source serves (one read per dispatcher)."""
+        if self.context.settings.transfer == "s3":
+            return False
+        unknown = {source, target} - set(self._peers)
+        if unknown:
+            self._peers.update(read_peers(self.state.client, self.context.keys, unknown))
+        holder, reader = self._peers.get(source), self._peers.get(target)
+        return reader is not None and holder is not None and holder.address is not None
 
     def _classify(
         self, input_expr: Expr, worker: str

@@ -1,11 +1,17 @@
 """The transfer chain that brings one missing value to a block's worker.
 
-``upload`` (the source worker's queue) -> ``download`` (the target worker's
-queue) -> ``input_ready`` (the target's queue), with ``transfer_failed`` as
-the errback. Every step's task id is chosen before anything is published and
-recorded in the waiting block's status (``chain``: ``[worker, task id]``
-pairs), so the orphan rule (:mod:`~somatize_tasks.runtime.recovery.orphans`) can tell
-a chain still on its way (a step queued or held by its worker) from one that
+Through S3: ``upload`` (the source worker's queue) -> ``download`` (the
+target worker's queue) -> ``input_ready`` (the target's queue). Direct
+(``SOMATIZE_TRANSFER`` ``auto`` or ``direct``, both workers announced as
+peers): one ``pull`` on the target's queue, which takes the value from its
+holder and counts it arrived itself; when it cannot, an ``auto`` pull puts
+the S3 chain in its place (:mod:`~somatize_tasks.runtime.worker.pulls`).
+Either has ``transfer_failed`` as the errback.
+
+Every step's task id is chosen before anything is published and recorded
+in the waiting block's status (``chain``: ``[worker, task id]`` pairs), so
+the orphan rule (:mod:`~somatize_tasks.runtime.recovery.orphans`) can tell a
+chain still on its way (a step queued or held by its worker) from one that
 vanished (a message popped by a worker's consumer just as Redis died: kombu's
 Redis transport removes a message from its queue before it records it as
 unacknowledged). Without the ids such a block waited ``transfer_stall_s``.
@@ -25,6 +31,7 @@ from somatize_tasks.config.keys import (
     INPUT_READY_TASK,
     TRANSFER_DOWNLOAD_TASK,
     TRANSFER_FAILED_TASK,
+    TRANSFER_PULL_TASK,
     TRANSFER_UPLOAD_TASK,
     queue_name,
     run_tag,
@@ -48,6 +55,8 @@ class TransferChain:
     ref: dict[str, Any]
     target: str
     steps: tuple[ChainStep, ...]
+    #: Why a direct pull gave way to this S3 chain (kept in its transfer record).
+    fallback: str | None = None
 
     @classmethod
     def plan(cls, ref: dict[str, Any], target: str, upload: bool) -> TransferChain:
@@ -59,6 +68,22 @@ class TransferChain:
             ChainStep(INPUT_READY_TASK, target, uuid()),
         ]
         return cls(ref, target, tuple(steps))
+
+    @classmethod
+    def pull(cls, ref: dict[str, Any], target: str) -> TransferChain:
+        """A direct transfer: one ``pull`` step on the target's queue."""
+        return cls(ref, target, (ChainStep(TRANSFER_PULL_TASK, target, uuid()),))
+
+    @property
+    def direct(self) -> bool:
+        return self.steps[0].task == TRANSFER_PULL_TASK
+
+    def _kwargs(self, step: ChainStep) -> dict[str, Any]:
+        """``input_ready`` of a fallback chain says why (only new workers get one:
+        the target of a fallback is the worker that tried to pull)."""
+        if self.fallback and step.task == INPUT_READY_TASK:
+            return {"fallback": self.fallback}
+        return {}
 
     def watched(self) -> list[list[str]]:
         """``[worker, task id]`` of every step, for the waiting block's status."""
@@ -73,12 +98,15 @@ class TransferChain:
             TRANSFER_UPLOAD_TASK: "upload",
             TRANSFER_DOWNLOAD_TASK: "download",
             INPUT_READY_TASK: "ready",
+            TRANSFER_PULL_TASK: "pull",
         }
         ready_args = (run_id, block.index, epoch, self.ref, task_id)
+        ends = (INPUT_READY_TASK, TRANSFER_PULL_TASK)
         steps = [
             app.signature(
                 step.task,
-                args=ready_args if step.task == INPUT_READY_TASK else (self.ref,),
+                args=ready_args if step.task in ends else (self.ref,),
+                kwargs=self._kwargs(step),
                 immutable=True,
                 queue=queue_name(step.worker),
                 task_id=step.task_id,
@@ -96,8 +124,11 @@ class TransferChain:
         return transfer
 
 
-def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
-    """One line of a run's transfer log (status, timeline)."""
+def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str, **extra: Any) -> str:
+    """One line of a run's transfer log (status, timeline). ``kind`` is how the value
+    moved: ``peer`` (pulled from the worker holding it), ``s3``, ``direct`` (inline in
+    the message, Soma's word) or ``cached``; ``extra`` adds what explains it
+    (``fallback``: why a direct pull gave way to S3; ``seconds``: how long it took)."""
     return json.dumps(
         {
             "from_node": ref["node_id"],
@@ -107,5 +138,6 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
             "transfer_type": kind,
             "bytes": ref.get("size", 0),
             "at": time.time(),
+            **extra,
         }
     )

@@ -1,5 +1,6 @@
 """The start half of a run's state in Redis: a block starting (its attempt, the
-fencing token), whether an attempt is still current, and transfers arriving.
+fencing token), whether an attempt is still current, and transfers arriving
+(or a direct one giving way to S3).
 
 Kept apart from :mod:`~somatize_tasks.runtime.state.redis_state` so each half reads
 in one sitting; every method here is one round trip (a Lua script), and a batch's
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import WatchError
 
 from somatize_tasks.runtime.state.history import MAX_EVENTS
 from somatize_tasks.runtime.state.outbox_state import compact_json
@@ -151,3 +154,31 @@ class StartState:
             ],
         )
         return None if int(version) < 0 else int(version)
+
+    def swap_chain_step(
+        self, nodes: list[str], task_id: str, step_id: str, steps: list[list[str]]
+    ) -> bool:
+        """A waiting block's transfer step ``step_id`` (a direct pull that failed) is
+        replaced by ``steps`` (its S3 chain) in the status the orphan rule reads, if the
+        block still waits under ``task_id``; False when it no longer does (re-dispatched,
+        or the run ended): the caller then publishes nothing. Rare (a fallback), so an
+        optimistic transaction rather than a script."""
+        with self.client.pipeline() as pipe:
+            for _ in range(50):
+                try:
+                    pipe.watch(self.nodes)
+                    raw: Any = pipe.hget(self.nodes, nodes[0])  # watching: answers at once
+                    status = json.loads(raw) if raw else {}
+                    if status.get("task_id") != task_id or status.get("waiting_for") != (
+                        "transfers"
+                    ):
+                        return False
+                    chain = [p for p in status.get("chain", []) if p[1] != step_id]
+                    status["chain"] = chain + steps
+                    pipe.multi()
+                    pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, compact_json(status)))
+                    pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+        return False

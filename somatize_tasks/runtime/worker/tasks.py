@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _engine(
+def engine_for(
     context: RunContext, run_id: str, *, refresh: bool = False
 ) -> tuple[Engine, CeleryDispatcher] | None:
     program = context.program(run_id, refresh=refresh)
@@ -91,7 +91,7 @@ def execute_block(
     ``summary`` gets a line saying which nodes ran and which came from the content
     cache (the task's result, which Flower shows).
     """
-    found = _engine(context, run_id)
+    found = engine_for(context, run_id)
     if found is None:
         return None
     engine, dispatcher = found
@@ -124,7 +124,7 @@ def execute_block(
             fail_for_deaths(state, poisoned, nodes, {"worker": context.worker_id, "epoch": epoch})
             return None
     if version != engine.program.version:
-        engine, dispatcher = _engine(context, run_id, refresh=True) or (engine, dispatcher)
+        engine, dispatcher = engine_for(context, run_id, refresh=True) or (engine, dispatcher)
         block = engine.program.blocks[bid]
     attempt = started.attempt
     try:
@@ -231,7 +231,7 @@ def run_node(
             summary=summary,
         )
 
-    _retrying(context, f"run {run_id} block {block}", attempt)
+    retrying(context, f"run {run_id} block {block}", attempt)
     return summary[-1] if summary else None
 
 
@@ -255,7 +255,7 @@ def _start_reading(
     return start
 
 
-def _retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
+def retrying(context: RunContext, what: str, action: Callable[[], T]) -> T:
     return through_redis_outages(context.redis, context.settings.redis_retry_s, action, what)
 
 
@@ -289,7 +289,7 @@ def _run_batched(
             summary=summary,
         )
 
-    return _retrying(context, f"run {run_id} block {bid}", attempt)
+    return retrying(context, f"run {run_id} block {bid}", attempt)
 
 
 @shared_task(bind=True, name=NODE_BATCH_TASK, ignore_result=True, acks_late=True)
@@ -317,15 +317,24 @@ def run_nodes(self: Task[Any, Any], run_id: str, blocks: list[list[Any]]) -> str
 
 @shared_task(bind=True, name=INPUT_READY_TASK, ignore_result=True)
 def input_ready(
-    self: Task[Any, Any], run_id: str, block: int, epoch: int, ref: dict[str, Any], task_id: str
+    self: Task[Any, Any],
+    run_id: str,
+    block: int,
+    epoch: int,
+    ref: dict[str, Any],
+    task_id: str,
+    fallback: str | None = None,
 ) -> None:
-    """One transfer for ``block`` arrived; the last one publishes the block."""
+    """One transfer for ``block`` arrived; the last one publishes the block.
+    ``fallback``: why this value came through S3 after a direct pull failed (only
+    sent by a worker that pulls, to itself: ``runtime.worker.pulls``)."""
     context = run_context(self.app, settings_of(self.app))
     arrival_id = self.request.id or ""
-    _retrying(
+    extra = {"fallback": str(fallback)[:300]} if fallback else None
+    retrying(
         context,
         f"run {run_id} input of block {block}",
-        lambda: arrive(context, run_id, block, epoch, ref, task_id, arrival_id),
+        lambda: arrive(context, run_id, block, epoch, ref, task_id, arrival_id, extra=extra),
     )
 
 
@@ -337,20 +346,24 @@ def arrive(
     ref: dict[str, Any],
     task_id: str,
     arrival_id: str,
+    *,
+    kind: str = "s3",
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Count one arrived input of ``block``; publish the block if it was the last.
+    ``kind`` and ``extra`` go into its transfer record (how the value came).
 
     Done again after a Redis outage (``arrival_id`` is this task's own id), the
     count is not repeated, but if it was the last the block is still published:
     the first attempt's reply may have been lost with the connection.
     """
-    found = _engine(context, run_id)
+    found = engine_for(context, run_id)
     if found is None:
         return
     engine, dispatcher = found
     state = dispatcher.state
     target = engine.program.blocks[block]
-    record = transfer_record(ref, target, context.worker_id, "s3")
+    record = transfer_record(ref, target, context.worker_id, kind, **(extra or {}))
     ref_key = f"{ref['node_id']}#{ref.get('iteration', 0)}"
     version = state.transfer_arrived(
         target.task_node_ids()[0], task_id, block, epoch, ref_key, record, arrival_id
@@ -358,7 +371,7 @@ def arrive(
     if version is None:
         return  # more inputs to come, a stale chain, or a duplicate delivery
     if version != engine.program.version:  # the reaper moved nodes since
-        engine, dispatcher = _engine(context, run_id, refresh=True) or found
+        engine, dispatcher = engine_for(context, run_id, refresh=True) or found
         target = engine.program.blocks[block]
     input_expr = state.load_input(block, epoch)
     dispatcher.publish_node(target, epoch, input_expr, task_id)
@@ -378,7 +391,7 @@ def transfer_failed(
     naming the node that waited, the worker and the store's own error."""
     app = transfer_failed.app
     context = run_context(app, settings_of(app))
-    found = _engine(context, run_id)
+    found = engine_for(context, run_id)
     if found is None:
         return
     engine, dispatcher = found
