@@ -184,7 +184,12 @@ def _story(status: RunStatus, output: Any) -> str:
 
 #: ``cached``: the value was already in the shared store (on one machine every value
 #: is linked into it when written), so the reader took it from there.
-HOW = {"s3": "shared store", "direct": "inline", "cached": "shared store (already there)"}
+HOW = {
+    "peer": "worker to worker",
+    "s3": "shared store",
+    "direct": "inline",
+    "cached": "shared store (already there)",
+}
 
 
 def transfers_table(transfers: list[dict[str, Any]]) -> Table:
@@ -193,12 +198,13 @@ def transfers_table(transfers: list[dict[str, Any]]) -> Table:
         table.add_column(column)
     for t in transfers:
         kind = str(t.get("transfer_type"))
+        how = HOW.get(kind, kind) + (" (direct pull failed)" if t.get("fallback") else "")
         table.add_row(
             str(t.get("from_node")),
             str(t.get("to_node")),
             str(t.get("from_worker")),
             str(t.get("to_worker")),
-            HOW.get(kind, kind),
+            how,
             str(t.get("bytes", "")),
         )
     return table

@@ -30,13 +30,23 @@ LEGEND_NAMES = {
     "not run": "never ran",
     "cached": "from the cache",
 }
-TRANSFER_DASH = {"s3": "", "direct": "5 4", "cached": "1 4"}
+TRANSFER_DASH = {"peer": "8 2 2 2", "s3": "", "direct": "5 4", "cached": "1 4"}
 TRANSFER_WORDS = {
+    "peer": "worker to worker, pulled from its holder",
     "s3": "through the shared store",
     "direct": "inline, in the message",
     "cached": "already in the store",
 }
-LEGEND_WORDS = {"s3": "store", "direct": "inline", "cached": "cached"}
+LEGEND_WORDS = {"peer": "worker to worker", "s3": "store", "direct": "inline", "cached": "cached"}
+
+
+def transfer_words(transfer: dict[str, Any]) -> str:
+    """How one transfer moved, in words; a fallback says why it did not go direct."""
+    kind = str(transfer.get("transfer_type"))
+    words = TRANSFER_WORDS.get(kind, kind)
+    fallback = transfer.get("fallback")
+    return f"{words} (the direct pull failed: {fallback})" if fallback else words
+
 
 WIDTH = 1000
 LABEL_W = 150
@@ -211,7 +221,7 @@ def transfers(lay: Layout, moves: Iterable[dict[str, Any]]) -> list[str]:
         dash = TRANSFER_DASH.get(kind, "")
         title = (
             f"{t.get('from_node')} ({t.get('from_worker')}) -> {t.get('to_node')} "
-            f"({t.get('to_worker')}): {TRANSFER_WORDS.get(kind, kind)}, "
+            f"({t.get('to_worker')}): {transfer_words(t)}, "
             f"{fmt_bytes(t.get('bytes'))}"
         )
         out.append(
@@ -223,7 +233,8 @@ def transfers(lay: Layout, moves: Iterable[dict[str, Any]]) -> list[str]:
             + (f'stroke-dasharray="{dash}" ' if dash else "")
             + f'marker-end="url(#arrow)"><title>{escape(title)}</title></path>'
         )
-        label = f"{kind} · {fmt_bytes(t.get('bytes'))}"
+        shown = f"{kind} (fallback)" if t.get("fallback") else kind
+        label = f"{shown} · {fmt_bytes(t.get('bytes'))}"
         lx, ly = min((x1 + x2) / 2 + 6, WIDTH - 4 - label_w(label, 10)), (y1 + y2) / 2
         out.append(
             f'<rect x="{lx - 2:.1f}" y="{ly - 8:.1f}" width="{label_w(label, 10) + 4:.1f}" '

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from somatize_tasks.observe.timeline import bars_of, not_run, timeline_svg
-from somatize_tasks.observe.timeline_draw import STATE_COLOURS, TRANSFER_WORDS, fmt_bytes, fmt_s
+from somatize_tasks.observe.timeline_draw import STATE_COLOURS, fmt_bytes, fmt_s, transfer_words
 from somatize_tasks.runtime.producer.handle import NodeStatus, RunStatus
 
 
@@ -52,8 +52,7 @@ def _attempt_rows(status: RunStatus, history: list[dict[str, Any]], t0: float) -
 
 
 def _how(transfer: dict[str, Any]) -> str:
-    kind = str(transfer.get("transfer_type"))
-    return TRANSFER_WORDS.get(kind, kind)
+    return transfer_words(transfer)
 
 
 def _transfer_rows(status: RunStatus) -> str:

@@ -89,9 +89,16 @@ def _count(n: int, noun: str) -> str:
 
 
 def transfer_words(settings: Settings) -> str:
-    """How a value crosses workers in this deployment: inline when small, else the store."""
-    store = "s3" if settings.store_kind == "s3" else "shared directory"
-    return f"inline if ≤ {_size(settings.inline_max_bytes)}, else {store}"
+    """How a value crosses workers in this deployment: inline when small, else worker to
+    worker (``SOMATIZE_TRANSFER``; grants need the message key) or the store."""
+    inline = f"inline if ≤ {_size(settings.inline_max_bytes)}"
+    if settings.store_kind != "s3":
+        return f"{inline}, else shared directory"
+    if settings.transfer == "s3" or settings.message_key is None:  # nothing is served
+        return f"{inline}, else s3"
+    if settings.transfer == "direct":
+        return f"{inline}, else worker to worker"
+    return f"{inline}, else worker to worker (s3 if that fails)"
 
 
 def _size(n: int) -> str:

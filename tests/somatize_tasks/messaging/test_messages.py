@@ -160,11 +160,13 @@ def test_messages_signed_with_a_previous_key_are_accepted(
     assert KEY not in signed_worker.log() and OLD_KEY not in signed_worker.log()
 
 
-def test_a_value_crossing_workers_through_the_store_travels_in_signed_chains(
+def test_a_value_crossing_workers_travels_in_signed_chains(
     signed: Settings, signed_worker: WorkerProcess
 ) -> None:
-    """upload -> download -> input_ready, with its transfer_failed errback: all signed,
-    the later steps by the workers that publish them."""
+    """A pull (workers with a key serve their values: a direct transfer) with its
+    transfer_failed errback: signed by the worker that publishes it. The S3 chain
+    (upload -> download -> input_ready) a failed pull falls back on is signed the same
+    way (runtime/engine/test_direct_transfers.py runs one between keyed workers)."""
     refused_before = signed_worker.log().count("refused message")
     run = submit_plan(
         seq(remote("cpu", ex("rt_make")), remote("gpu", ex("rt_sum"))),
@@ -172,7 +174,7 @@ def test_a_value_crossing_workers_through_the_store_travels_in_signed_chains(
         require_workers=True,
     )
     assert run.wait(timeout=60) == MAKE_SUM
-    assert any(t["transfer_type"] == "s3" for t in run.status().transfers)
+    assert any(t["transfer_type"] == "peer" for t in run.status().transfers)
     assert signed_worker.log().count("refused message") == refused_before
 
 
