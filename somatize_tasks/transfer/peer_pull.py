@@ -13,7 +13,9 @@ through S3 instead.
 from __future__ import annotations
 
 import hashlib
+import queue
 import socket
+import threading
 from typing import IO
 
 from somatize_tasks.config.settings import Settings
@@ -22,6 +24,9 @@ from somatize_tasks.messaging.signing import signing_key, verification_keys
 from somatize_tasks.store import ArtifactRef, ArtifactStore
 from somatize_tasks.transfer.grants import mint, tag_holds
 from somatize_tasks.transfer.peer_protocol import CHUNK, TRAILER, read_line, request_line
+
+#: Chunks in flight between the receiving and the writing thread.
+RING = 4
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -69,23 +74,62 @@ def _read_reply(stream: IO[bytes], ref: ArtifactRef) -> None:
 
 
 def _receive(stream: IO[bytes], fh: IO[bytes], size: int, grant: str, keys: list[bytes]) -> None:
-    """Copy ``size`` bytes from ``stream`` to ``fh`` through one chunk of memory, then
-    check the trailer; raising leaves no file behind (``LocalDir.write``)."""
-    digest = hashlib.sha256()
-    buffer = memoryview(bytearray(CHUNK))
+    """Copy ``size`` bytes from ``stream`` to ``fh``, then check the trailer; raising
+    leaves no file behind (``LocalDir.write``). The socket is read on this thread and
+    the bytes hashed and written on another (:class:`_Sink`), so both run at once;
+    memory stays :data:`RING` chunks."""
+    sink = _Sink(fh)
     left = size
-    while left:
-        got = stream.readinto(buffer[: min(CHUNK, left)])  # type: ignore[attr-defined]
-        if not got:
-            raise PeerTransferError(f"cut short after {size - left} of {size} bytes")
-        digest.update(buffer[:got])
-        fh.write(buffer[:got])
-        left -= got
+    try:
+        while left:
+            buffer = sink.free.get()
+            got = stream.readinto(buffer[: min(CHUNK, left)])  # type: ignore[attr-defined]
+            if not got:
+                raise PeerTransferError(f"cut short after {size - left} of {size} bytes")
+            sink.full.put((buffer, got))
+            left -= got
+    finally:
+        digest = sink.close()
     trailer = stream.read(TRAILER)
     if len(trailer) != TRAILER:
         raise PeerTransferError("cut short before its digest")
     sent, tag = trailer[:32], trailer[32:]
-    if sent != digest.digest():
+    if sent != digest:
         raise PeerTransferError("digest mismatch: the bytes received are not the bytes sent")
     if not tag_holds(keys, grant, sent, tag):
         raise PeerTransferError("the holder's tag does not hold (not signed with our key)")
+
+
+class _Sink:
+    """A thread that hashes and writes the chunks the receiving thread fills, handing
+    each buffer back once done (a ring of :data:`RING` buffers)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.free: queue.Queue[memoryview] = queue.Queue()
+        self.full: queue.Queue[tuple[memoryview, int] | None] = queue.Queue()
+        for _ in range(RING):
+            self.free.put(memoryview(bytearray(CHUNK)))
+        self.digest = hashlib.sha256()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._drain, name="somatize-pull-sink", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while (item := self.full.get()) is not None:
+            buffer, got = item
+            if self.failure is None:
+                try:
+                    self.digest.update(buffer[:got])
+                    self.fh.write(buffer[:got])
+                except BaseException as exc:  # a full disk: raised by close()
+                    self.failure = exc
+            self.free.put(buffer)
+
+    def close(self) -> bytes:
+        """Wait for the last chunk; the SHA-256 of all (raises what writing raised)."""
+        self.full.put(None)
+        self.thread.join()
+        if self.failure is not None:
+            raise self.failure
+        return self.digest.digest()
