@@ -39,7 +39,6 @@ from pydantic import SecretStr
 
 from bench.bench_peers import chains, fork_join
 from somatize_tasks import submit_plan
-from somatize_tasks.config.settings import Settings
 from testkit.hosts import HostCluster, unavailable_reason
 from testkit.hosts.services import free_port_on
 from testkit.nodes import peer_nodes
@@ -67,6 +66,10 @@ class Ours:
             key_prefix=f"{cluster.key_prefix}{transfer}",
             message_key=SecretStr(KEY),
             transfer=transfer,
+            # Each host's caches live in its 2 GiB tmpfs: a forgotten run's values go
+            # with the next sweep once 30 s old (a week by default).
+            run_ttl_s=30,
+            gc_interval_s=5.0,
         )
         started = [
             cluster.start_worker(
@@ -261,7 +264,7 @@ def report(
     times: dict[tuple[str, str], list[float]], rows: list[tuple[str, str]], peers: list[Any]
 ) -> None:
     names = [p.name for p in peers]
-    for name, kind in rows:
+    for name, _ in rows:
         cells = {peer: times[(name, peer)] for peer in [*names, "plain"] if (name, peer) in times}
         shown = "  ".join(f"{p} {statistics.median(t):.3f}s" for p, t in cells.items())
         print(f"{name:16} {shown}")

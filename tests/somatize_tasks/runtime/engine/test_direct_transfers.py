@@ -228,3 +228,29 @@ def test_s3_mode_opens_no_port_and_moves_values_through_s3_only(
     assert all(p is not None and p.address is None for p in announced.values()), announced
     assert all("serves no values to others" in w.log() for w in pair)
     assert any("/peer_make/" in k for k in _in_s3(settings, run))
+
+
+def test_a_reader_that_announced_nothing_gets_the_s3_chain(
+    cluster: tuple[Settings, dict[str, WorkerProcess]],
+) -> None:
+    """A worker from before direct transfers announces no peer entry and does not know
+    the pull task: values reach it through S3, as before (no pull tried, no fallback)."""
+    settings, workers = cluster
+    client = Redis.from_url(settings.redis_url)
+    keys = RedisKeys(settings.key_prefix)
+    reader = workers["reader"].worker_id
+    entry = client.hget(keys.workers_peers, reader)
+    assert entry is not None
+    client.hdel(keys.workers_peers, reader)
+    try:
+        run = submit_plan(
+            _across("holder"),
+            params={"peer_make": {"n_bytes": SIZE}, "rt_sleep": {"s": 0.0}},
+            settings=settings,
+            require_workers=True,
+        )
+        assert run.wait(timeout=60) == SIZE
+    finally:
+        client.hset(keys.workers_peers, reader, entry)
+    (moved,) = _crossing(run)
+    assert moved["transfer_type"] == "s3" and "fallback" not in moved, moved
