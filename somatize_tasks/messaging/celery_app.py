@@ -23,7 +23,15 @@ from kombu import Connection
 
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.messaging.kombu_publish import reuse_publish_clients
-from somatize_tasks.messaging.signing import HEADER, MESSAGE, SIGNED, sign, sign2, signing_key
+from somatize_tasks.messaging.signing import (
+    HEADER,
+    MESSAGE,
+    SIGNED,
+    SIGNED_HEADERS,
+    sign,
+    sign2,
+    signing_key,
+)
 
 #: Worker bootsteps, by path so this module need not import them (they import it).
 WORKER_STEPS = (
@@ -64,6 +72,10 @@ class HonestConnection(Connection):
         return uri
 
 
+#: Headers every publish computes (and signs) itself: never taken from a caller's extras.
+_OWN_HEADERS = frozenset({HEADER, SIGNED, *SIGNED_HEADERS})
+
+
 class ShadowNamedAMQP(AMQP):
     """Task messages that are signed, and whose ``task-sent`` event carries the shadow name.
 
@@ -93,6 +105,20 @@ class ShadowNamedAMQP(AMQP):
         if shadow and message.sent_event is not None:
             message.sent_event["name"] = shadow
         return message
+
+    def _create_task_sender(self) -> Any:
+        """Celery's sender, minus what would undo a signature: a retry republishes the
+        request's old headers as "extra" headers, applied over the new message's, so its
+        old signature, message id, retry count and ETA came back over the fresh ones and
+        every signed retry was refused. The message's own are kept; other extras pass."""
+        send = super()._create_task_sender()  # type: ignore[misc]  # untyped in the stubs
+
+        def send_task_message(*args: Any, headers: Any = None, **kwargs: Any) -> Any:
+            if headers:
+                headers = {k: v for k, v in headers.items() if k not in _OWN_HEADERS}
+            return send(*args, headers=headers, **kwargs)
+
+        return send_task_message
 
 
 class SomatizeCelery(Celery):

@@ -52,8 +52,9 @@ def _cleanup(settings: Settings) -> None:
 def cluster(
     settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Settings, dict[str, WorkerProcess]]]:
-    """Workers ``holder1`` and ``holder2`` (tag ``holder``), ``reader`` (tag ``reader``)
-    and ``liar`` (tag ``liar``: its server flips a byte), all with a message key."""
+    """Workers ``holder1`` and ``holder2`` (tag ``holder``), ``reader`` (tag ``reader``),
+    ``liar`` (tag ``liar``: its server flips a byte), all with a message key, and
+    ``strict`` (tag ``strict``), a reader with ``SOMATIZE_TRANSFER=direct``."""
     root = tmp_path_factory.mktemp("direct")
     keyed = settings.model_copy(
         update={
@@ -65,6 +66,7 @@ def cluster(
         }
     )
     factory = WorkerFactory(keyed, root)
+    strict = WorkerFactory(keyed.model_copy(update={"transfer": "direct"}), root)
     try:
         started = [
             factory.start(name, tags=tags, nodes=nodes, concurrency=1, wait=False)
@@ -75,22 +77,24 @@ def cluster(
                 ("liar", "liar", f"{NODES},testkit.nodes.corrupt_serving"),
             )
         ]
+        started.append(strict.start("strict", tags="strict", nodes=NODES, concurrency=1))
         for worker in started:
             factory.wait_live(worker)
         yield keyed, {w.worker_id.rsplit("-", 1)[1]: w for w in started}
     finally:
         factory.close()
+        strict.close()
         _cleanup(keyed)
 
 
-def _across(source_tag: str) -> dict[str, Any]:
+def _across(source_tag: str, reader_tag: str = "reader") -> dict[str, Any]:
     """``peer_make`` on ``source_tag``, then ``rt_sleep`` (a gate that reads only the
     run's input) and ``peer_size`` (which reads ``peer_make``'s value) on the reader."""
     return {
         "plan": seq(
             remote(source_tag, ex("peer_make")),
-            remote("reader", ex("rt_sleep")),
-            remote("reader", ex("peer_size")),
+            remote(reader_tag, ex("rt_sleep")),
+            remote(reader_tag, ex("peer_size")),
         ),
         "predecessors": {"peer_make": [], "rt_sleep": [], "peer_size": ["peer_make"]},
     }
@@ -254,3 +258,24 @@ def test_a_reader_that_announced_nothing_gets_the_s3_chain(
         client.hset(keys.workers_peers, reader, entry)
     (moved,) = _crossing(run)
     assert moved["transfer_type"] == "s3" and "fallback" not in moved, moved
+
+
+def test_direct_mode_never_falls_back_a_failed_pull_fails_the_run_naming_it(
+    cluster: tuple[Settings, dict[str, WorkerProcess]],
+) -> None:
+    """``SOMATIZE_TRANSFER=direct`` on the reader: the liar's bytes never check out, the
+    pull is retried (``transfer_max_retries``), then the run fails saying why. (Signed
+    retries: every retry used to be refused, its old signature republished over the new
+    one, so the block hung until the reaper re-dispatched it, again and again.)"""
+    settings, workers = cluster
+    run = submit_plan(
+        _across("liar", reader_tag="strict"),
+        params={"peer_make": {"n_bytes": SIZE}, "rt_sleep": {"s": 0.0}},
+        settings=settings,
+        require_workers=True,
+    )
+    with pytest.raises(Exception, match="digest mismatch") as failed:
+        run.wait(timeout=60)
+    assert "could not move an input of node 'peer_size'" in str(failed.value)
+    assert not _crossing(run), "nothing arrived, through S3 or otherwise"
+    assert "sending it through S3" not in workers["strict"].log()
