@@ -3,7 +3,8 @@
 A worker announces, when it starts (and again after Redis lost its
 records), one entry in ``<p>:workers:peers``: ``{"address": "host:port"}``
 where its value server listens, or ``{"address": null}`` when it serves
-nothing (``SOMATIZE_SERVE_VALUES=false``, no message key, ``transfer=s3``, or
+nothing (``SOMATIZE_SERVE_VALUES=false``, no message key, ``transfer=s3``, a
+``local`` store, where every value is shared through a directory anyway, or
 its port could not be bound). An entry also says the worker can *pull*
 (it knows ``somatize.transfer.pull``): a dispatcher sends a direct transfer
 only to a target with an entry, from a holder with an address; a worker
@@ -67,6 +68,8 @@ def serves(settings: Settings) -> str | None:
     """Why this worker serves no values (None: it does)."""
     if not settings.serve_values:
         return "SOMATIZE_SERVE_VALUES is false"
+    if settings.store_kind != "s3":
+        return "values are shared through a directory on this machine (SOMATIZE_STORE_KIND=local)"
     if settings.transfer == "s3":
         return "SOMATIZE_TRANSFER is s3"
     if settings.message_key is None:
