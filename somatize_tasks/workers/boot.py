@@ -33,7 +33,7 @@ from somatize_tasks.catalog.entries import default_catalog, load_catalog_modules
 from somatize_tasks.config.keys import queue_name
 from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.messaging.celery_app import SomatizeCelery
-from somatize_tasks.messaging.kombu_compat import guard_restore_on_close
+from somatize_tasks.messaging.kombu_compat import guard_restore_on_close, unacked_on_redis_clock
 from somatize_tasks.store import key_part
 from somatize_tasks.store.gc import sweep_temp_files
 
@@ -47,6 +47,7 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
         return
     guard_restore_on_close()
     settings = app.somatize_settings
+    unacked_on_redis_clock(settings)
     own_queue = queue_name(settings.worker_id)
     if not options.get("queues"):
         app.amqp.queues.select([own_queue])  # with -Q, HeartbeatStep adds it to theirs

@@ -11,7 +11,6 @@ ever waits on a result: every step is started by the one before it.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -19,6 +18,7 @@ from typing import Any
 
 from kombu.utils.uuid import uuid
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import NODE_BATCH_TASK, NODE_TASK, queue_name, run_tag
 from somatize_tasks.messaging.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.compile.blocks import Block
@@ -129,6 +129,7 @@ class CeleryDispatcher:
             for ref in missing
         ]
         status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
+        now = status["queued_at"]
         if chains:
             status["chain"] = [pair for c in chains for pair in c.watched()]
         self.state.record_dispatch(
@@ -139,7 +140,7 @@ class CeleryDispatcher:
             status,
             missing=len(missing),
             pipe=records,
-            transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
+            transfer_records=[transfer_record(r, block, worker, kind, now) for r, kind in direct],
         )
         return task_id, chains
 
@@ -185,6 +186,7 @@ class CeleryDispatcher:
             self._dispatch_one(*held[0])
             return
         records = self._records()
+        now = redis_now(self.state.client)
         singles = []
         ready: dict[str, list[tuple[Block, int, Expr]]] = {}
         direct: dict[int, list[str]] = {}
@@ -196,7 +198,7 @@ class CeleryDispatcher:
                 singles.append((item, *self._record_one(block, epoch, input_expr, records)))
                 continue
             ready.setdefault(worker, []).append(item)
-            direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
+            direct[id(item)] = [transfer_record(r, block, worker, kind, now) for r, kind in inline]
         batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
         sends = []
         for batch in batches:
@@ -274,7 +276,7 @@ class CeleryDispatcher:
             "block": block.index,
             "epoch": epoch,
             "task_id": task_id,
-            "queued_at": time.time(),
+            "queued_at": redis_now(self.state.client),  # one clock (config.clock)
             **self._avoiding,
         }
         if waiting_for:

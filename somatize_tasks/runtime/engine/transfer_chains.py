@@ -14,7 +14,6 @@ unacknowledged). Without the ids such a block waited ``transfer_stall_s``.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +95,8 @@ class TransferChain:
         return transfer
 
 
-def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -> str:
-    """One line of a run's transfer log (status, timeline)."""
+def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str, at: float) -> str:
+    """One line of a run's transfer log (status, timeline); ``at``: Redis' time."""
     return json.dumps(
         {
             "from_node": ref["node_id"],
@@ -106,6 +105,6 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str) -
             "to_worker": worker,
             "transfer_type": kind,
             "bytes": ref.get("size", 0),
-            "at": time.time(),
+            "at": at,
         }
     )

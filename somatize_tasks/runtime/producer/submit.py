@@ -31,6 +31,7 @@ from scheduler import (
 from scheduler.model.depth import check_value_depth
 from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.connections import reaching_redis
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NoWorkersError, PlanInputError
@@ -306,7 +307,7 @@ def _start(
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, request.input)
-    created_at = time.time()
+    created_at = redis_now(context.redis)  # deadlines are judged on Redis' clock
     meta: dict[str | bytes, bytes | float | int | str] = {
         **request.limits.meta(created_at),
         "status": "running",
@@ -337,7 +338,7 @@ def _start(
     def record_run(pipe: Any) -> None:
         pipe.hset(state.meta, mapping=meta)
         pipe.expire(state.meta, context.settings.run_ttl_s)
-        pipe.zadd(context.keys.runs, {run_id: time.time()})
+        pipe.zadd(context.keys.runs, {run_id: created_at})
         pipe.sadd(context.keys.active_runs, run_id)
 
     dispatcher = CeleryDispatcher(context, run_id, program, state)

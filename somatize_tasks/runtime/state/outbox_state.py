@@ -18,11 +18,11 @@ Two kinds of entry share the hash:
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from redis import Redis
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.runtime.compile.values import Expr
 from somatize_tasks.runtime.state.seal import Seal
 
@@ -49,7 +49,7 @@ class OutboxState:
     owner: tuple[str, str] | None = None
 
     def _into_outbox(self, pipe: Any, bid: int, epoch: int, task_id: str) -> None:
-        entry = compact_json({"task_id": task_id, "at": time.time()})
+        entry = compact_json({"task_id": task_id, "at": redis_now(self.client)})
         pipe.hset(self.outbox, f"{bid}:{epoch}", entry)
         pipe.expire(self.outbox, self.ttl_s)
         self._clear_intent(pipe)
@@ -89,7 +89,7 @@ class OutboxState:
         owner = {"w": self.owner[0], "t": self.owner[1]} if self.owner else {}
         if follow_up.get("o") is not None:  # the output the redo hands on: sealed
             follow_up["o"] = json.loads(self.seal.close(f"intent:{bid}:{epoch}", follow_up["o"]))
-        return [self.intent, compact_json({"at": time.time(), **owner, **follow_up})]
+        return [self.intent, compact_json({"at": redis_now(self.client), **owner, **follow_up})]
 
     def _clear_intent(self, pipe: Any) -> None:
         """The follow-up is being recorded in ``pipe``: the intent goes with it."""

@@ -18,13 +18,13 @@ its meta (:mod:`somatize_tasks.runtime.state.archive`; ``python -m bench.bench_s
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.lua import registered
 from somatize_tasks.runtime.compile.values import Expr
@@ -286,7 +286,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
             return
-        status = compact_json({"state": state, "ended_at": time.time()})
+        status = compact_json({"state": state, "ended_at": redis_now(self.client)})
         pipe = self.client.pipeline()
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
         pipe.sadd(self.done, *nodes)
@@ -300,7 +300,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             field, value = "output", self.seal.close("output", output)
         elif error is not None:
             field, value = "error", compact_json(error)
-        args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
+        args = [status, str(redis_now(self.client)), field, value, self.ttl_s, self.run_id]
         keys = [
             self.active_runs,
             self.meta,

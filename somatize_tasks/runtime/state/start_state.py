@@ -9,11 +9,11 @@ next start can ride on the record before it (:mod:`.starts`).
 from __future__ import annotations
 
 import json
-import time
 
 from redis import Redis
 from redis.commands.core import Script
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.runtime.state.history import MAX_EVENTS
 from somatize_tasks.runtime.state.outbox_state import compact_json
 from somatize_tasks.runtime.state.run_state import RUNNING
@@ -98,7 +98,7 @@ class StartState:
                 "worker": worker_id,
                 "block": bid,
                 "epoch": epoch,
-                "started_at": time.time(),
+                "started_at": redis_now(self.client),  # one clock: deaths, limits
                 "task_id": task_id,
             }
         )
