@@ -21,6 +21,7 @@
     ├── ClusterError                a local cluster could not start, or a part stopped
     ├── CacheError                  the content cache cannot do what was asked (ValueError)
     ├── StudyError                  a study's space, objective or record is malformed (ValueError)
+    ├── DuplicateWorkerIdError      another live process already works under this id
     ├── StrandedError               a dead worker's node cannot be re-placed yet
     ├── ArtifactError               the artifact store cannot serve a request
     │   ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
@@ -249,6 +250,18 @@ class CacheError(SomatizeError, ValueError):
 
 class StudyError(SomatizeError, ValueError):
     """A study's search space, objective or record is malformed; the message names the field."""
+
+
+class DuplicateWorkerIdError(SomatizeError):
+    """A worker starting under an id another live process heartbeats as."""
+
+    @classmethod
+    def for_worker(cls, worker_id: str, other: str) -> DuplicateWorkerIdError:
+        return cls(
+            f"worker id '{worker_id}' is already used by a live worker ({other}); two "
+            "processes under one id would both take its messages. Give this worker "
+            "another id (--worker-id or SOMATIZE_WORKER_ID), or stop the other one first"
+        )
 
 
 class StrandedError(SomatizeError):

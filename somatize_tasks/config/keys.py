@@ -19,6 +19,10 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
                                         it holds (heartbeat; orphan detection)
     ``<p>:workers:keys``        HASH    worker id -> JSON list of the message key
                                         ids it accepts (``["unsigned"]``: any), at start
+    ``<p>:workers:instance``    HASH    worker id -> the process that beat last
+                                        (``host:pid:token``; ``workers.identity``)
+    ``<p>:workers:clash``       HASH    worker id -> ``"<instance> <instance> <ms>"``:
+                                        two live processes beat under that id
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:msg:<id>``            STRING  who took a signed task message, until it
                                         expires (``messaging.replay``)
@@ -117,6 +121,16 @@ class RedisKeys:
     def workers_keys(self) -> str:
         """Which message keys each worker accepts (ids only), announced at its start."""
         return self.key("workers", "keys")
+
+    @property
+    def workers_instances(self) -> str:
+        """Which process (``host:pid:token``) wrote each worker id's last heartbeat."""
+        return self.key("workers", "instance")
+
+    @property
+    def workers_clashes(self) -> str:
+        """Worker ids two live processes heartbeat under (``workers.identity``)."""
+        return self.key("workers", "clash")
 
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""
