@@ -15,7 +15,9 @@ At start (:func:`check_unique`, before the pool and the first heartbeat)
 If two run anyway
     (started within the same instant, a twin resumed after a long pause, or a
     version from before this check) every heartbeat that replaces a fresh one of
-    another process records a clash (``<p>:workers:clash``, ``heartbeat.lua``): both
+    another process records a clash (``<p>:workers:clash``, ``heartbeat.lua``) and
+    reports no held tasks (one twin's report would hide the other's, and the orphan
+    rule would run their nodes again; unreported, the id is not judged): both
     workers log a warning at most once a minute (:class:`ClashWarnings`) and
     ``somatize-tasks workers`` marks the id (:func:`recent_clashes`).
 """
