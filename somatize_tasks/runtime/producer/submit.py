@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
