@@ -31,7 +31,7 @@ from scheduler.model.depth import check_value_depth
 from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
 from somatize_tasks.config.clock import redis_now
-from somatize_tasks.config.connections import reaching_redis
+from somatize_tasks.config.connections import await_redis, reaching_redis
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NoWorkersError, PlanInputError
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
@@ -140,6 +140,7 @@ def submit_plan(
         states_from = parts.states  # a Soma bundle runs forward with its own states
     document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
+    await_redis(settings)  # a paused or absent Redis: one line, within the retry budget
     context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits, seed=check_seed(seed))
     request.cache = cache_choice(cache, settings)
