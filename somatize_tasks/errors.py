@@ -160,8 +160,14 @@ class ArtifactCorruptError(ArtifactError):
 
 
 class DiskFullError(ArtifactError):
-    """No space left on a local disk (the cache, or a shared directory): the message
-    names the node, the worker and the path, and says "no space left"."""
+    """No space left on a local disk (the RAM directory, the cache, or a shared
+    directory): the message names the node, the worker, the tier and the path, and
+    says "no space left". ``tier`` and ``path`` say where (when known)."""
+
+    def __init__(self, message: str, *, tier: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.tier = tier
+        self.path = path
 
 
 class StoreError(ArtifactError):

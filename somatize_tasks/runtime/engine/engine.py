@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
-from somatize_tasks.errors import ControlFlowError
+from somatize_tasks.errors import ControlFlowError, DiskFullError
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.control import STOP
 from somatize_tasks.runtime.compile.fusion import Chain
@@ -385,5 +385,8 @@ def failure_detail(node_id: str, worker_id: str, error: BaseException) -> dict[s
         "worker_id": worker_id,
         "type": type(error).__name__,
         "message": str(error),
-        "traceback": "".join(traceback.format_exception(error)),
+        # A full disk is said in one line naming what to fix: no traceback to read.
+        "traceback": ""
+        if isinstance(error, DiskFullError)
+        else "".join(traceback.format_exception(error)),
     }
