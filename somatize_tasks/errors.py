@@ -40,7 +40,8 @@
         └── NodeFailedError         a node raised: names node, worker, remote traceback
             └── RunEndedByReaperError   the reaper ended the run; the message says why
                 ├── KilledWorkerError   a node killed its worker max_node_deaths times
-                └── RunDeadlineError    the run's deadline_s passed
+                ├── RunDeadlineError    the run's deadline_s passed
+                └── RunBudgetError      the run's loops made max_passes passes
 
 Every error takes its message as its only positional argument, so Celery's
 JSON result backend can rebuild it on the producer's side; the structured
@@ -311,6 +312,11 @@ class KilledWorkerError(RunEndedByReaperError):
 
 class RunDeadlineError(RunEndedByReaperError):
     """The run's ``deadline_s`` passed; the message names what was still unfinished."""
+
+
+class RunBudgetError(RunEndedByReaperError):
+    """The run's loops used up its budget of passes (``max_passes``); the message
+    names the loop that would have gone on."""
 
 
 class RunCancelledError(RunError):

@@ -107,6 +107,7 @@ def submit_plan(
     fuse: bool | None = None,
     cache: str | None = None,
     seed: int | None = None,
+    max_passes: int | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -125,7 +126,10 @@ def submit_plan(
     unfinished) if it has not ended this many seconds after submission.
     ``max_node_deaths``: a node whose worker died while running it this many
     times fails the run (``KilledWorkerError``); default
-    ``SOMATIZE_MAX_NODE_DEATHS``.
+    ``SOMATIZE_MAX_NODE_DEATHS``. ``max_passes``: the most loop passes the run
+    makes, all loops together (``RunBudgetError`` past it). Without their own,
+    runs get the deployment's ``SOMATIZE_RUN_DEADLINE_S`` and
+    ``SOMATIZE_RUN_MAX_PASSES``.
     ``fuse``: run consecutive same-worker Executes of a Sequence as one task
     (:mod:`~somatize_tasks.runtime.compile.fusion`); default ``SOMATIZE_FUSE_CHAINS``.
 
@@ -133,13 +137,14 @@ def submit_plan(
     worker shares (default ``SOMATIZE_CONTENT_CACHE``, on); ``seed``: the run's
     experiment seed, hashed into every cache key (each seed its own cache line).
     """
-    limits = RunLimits(deadline_s, max_node_deaths)
+    limits = RunLimits(deadline_s, max_node_deaths, max_passes)
     parts = run_parts(plan, params, ops, catalog)
     params, ops = parts.params, parts.ops
     if parts.states is not None and states_from is None and mode != "fit":
         states_from = parts.states  # a Soma bundle runs forward with its own states
     document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
+    limits = limits.with_defaults(settings.run_deadline_s, settings.run_max_passes)
     await_redis(settings)  # a paused or absent Redis: one line, within the retry budget
     context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits, seed=check_seed(seed))
@@ -379,5 +384,7 @@ def _run_here(
         mode=request.mode,
         y=request.y,
         states=states if request.mode == "forward" else None,
+        deadline_s=request.limits.deadline_s,
+        max_passes=request.limits.max_passes,
     )
     return LocalPlanRun(result, distribution, len(request.plan.node_ids()))

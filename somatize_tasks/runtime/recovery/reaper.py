@@ -346,8 +346,20 @@ class _Repair:
             self.context, self.run_id, program, self.state, unavailable=dead
         )
         again = Redispatcher(self.context, self.state, program, dispatcher, self.alive)
-        for bid, epoch in blocks:
-            again.redispatch(program.blocks[bid], epoch)
+        try:
+            for bid, epoch in blocks:
+                again.redispatch(program.blocks[bid], epoch)
+        except LookupError as exc:  # a value to recompute came from a forgotten loop pass
+            self._fail(
+                checks.Failure(
+                    None,
+                    ",".join(sorted(dead)) or None,
+                    f"{exc}: an input lived only on dead worker(s) and the loop pass that "
+                    "made it is no longer kept (a loop keeps its last two passes), so it "
+                    "cannot be computed again",
+                    "WorkerLost",
+                )
+            )
 
     def _fail_after_grace(self, message: str, dead: Iterable[str]) -> None:
         since = self.state.first_noticed(",".join(sorted(dead)))

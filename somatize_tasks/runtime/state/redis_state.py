@@ -32,6 +32,7 @@ from somatize_tasks.runtime.state.archive import FIELDS, fold_logs
 from somatize_tasks.runtime.state.failures import FailureState
 from somatize_tasks.runtime.state.history import MAX_EVENTS, history_key
 from somatize_tasks.runtime.state.outbox_state import OutboxState, compact_json
+from somatize_tasks.runtime.state.passes import PassState
 from somatize_tasks.runtime.state.repair_state import RepairState
 from somatize_tasks.runtime.state.run_state import (
     FINAL_STATES,
@@ -48,7 +49,7 @@ from somatize_tasks.workers.reservations import reservation_keys
 WARNING_PREFIX = "warn:"
 
 
-class RedisRunState(StartState, FailureState, OutboxState, RepairState):
+class RedisRunState(StartState, PassState, FailureState, OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
 
     def __init__(
@@ -249,17 +250,6 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             return None
         return self._slots(bid, epoch, found)
 
-    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
-        info = compact_json([loop_bid, outer_epoch, pass_number])
-        return int(self._new_epoch(keys=[self.results], args=[info, self.ttl_s]))
-
-    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
-        raw = self.client.hget(self.results, f"e:{epoch}")
-        if raw is None:
-            raise LookupError(f"run {self.run_id}: unknown loop pass {epoch}")
-        loop_bid, outer, number = json.loads(raw)
-        return int(loop_bid), int(outer), int(number)
-
     def mark_nodes(
         self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
     ) -> None:
@@ -359,6 +349,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:  # the TTL too: the run may have ended and folded the list
             pipe.rpush(self.transfers, *transfer_records)
+            pipe.ltrim(self.transfers, -MAX_EVENTS, -1)  # bounded like the history
             pipe.expire(self.transfers, self.ttl_s)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, compact_json(status)))
         pipe.expire(self.results, self.ttl_s)
