@@ -31,6 +31,7 @@ from typing import Any
 from bench.common import bench_settings
 from scheduler import WorkerInfo
 from somatize_tasks.config.settings import Settings
+from somatize_tasks.runtime.producer.submit import submit_plan
 from somatize_tasks.workers.registry import Registry
 
 
@@ -40,8 +41,6 @@ def peak_mb() -> float:
 
 def producer(settings_json: str, branches: int, profile: bool) -> dict[str, Any]:
     """In the child process: build the plan, submit it, measure."""
-    from somatize_tasks.runtime.producer.submit import submit_plan
-
     settings = Settings.model_validate_json(settings_json)
     client = Registry.from_settings(settings).client
     used_before = int(client.info("memory")["used_memory"])
@@ -68,7 +67,8 @@ def producer(settings_json: str, branches: int, profile: bool) -> dict[str, Any]
     }
     if profiler is not None:
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats(os.environ.get("WIDE_SORT", "cumulative")).print_stats(40)
+        order = os.environ.get("WIDE_SORT", "cumulative")  # or tottime
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(40)
         found["profile"] = out.getvalue()
     return found
 
