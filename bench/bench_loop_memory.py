@@ -7,7 +7,7 @@ exactly (``MEMORY USAGE key SAMPLES 0``) about five times a second, with the num
 passes so far and the fields of its working state (``results``); the figures at
 the first sample past pass 100 are the reference. Before, each pass left a set of
 fields behind (49,618 after 60 s, memory rising linearly); loop passes are now
-forgotten one pass behind (``runtime/state/passes.py``).
+forgotten one pass behind (``runtime/state/start_state.py``).
 
 The history list keeps the newest 20,000 events of any run (``history.MAX_EVENTS``):
 it grows until it holds them, then stays; it is shown apart. ``--hops`` puts the

@@ -5,7 +5,7 @@ that many seconds after it was submitted; ``max_node_deaths`` ends it with
 ``KilledWorkerError`` once one block's worker died while running it that
 many times (see :mod:`somatize_tasks.runtime.recovery.deaths`); ``max_passes``
 ends it with ``RunBudgetError`` when its loops would make more passes than that,
-all together (:mod:`somatize_tasks.runtime.state.passes`). A deployment sets
+all together (:mod:`somatize_tasks.runtime.state.start_state`). A deployment sets
 defaults for the first and the last (``SOMATIZE_RUN_DEADLINE_S``,
 ``SOMATIZE_RUN_MAX_PASSES``). All are kept in the run's meta, where every watcher
 reads them.

@@ -135,7 +135,7 @@ class Program:
         """The blocks that run in one pass of loop ``loop_bid``, as (block, branches,
         is a loop): every block of its body, down to loops nested in it (whose own
         bodies run in passes of their own). A Parallel's branch count names its join
-        slots. What a forgotten pass's fields are (:mod:`~somatize_tasks.runtime.state.passes`)."""
+        slots. What a forgotten pass's fields are (``runtime.state.start_state``)."""
         found = self._passes.get(loop_bid)
         if found is not None:
             return found

@@ -293,7 +293,7 @@ class Engine:
         stop = signalled or info.number >= node.cap
         if stop and not signalled and node.until.type != "Exhaust":
             self.state.add_warning(f"loop:{node.node_id}", capped_loop(node))
-        if info.previous:  # bounded: the pass before this one is forgotten (state.passes)
+        if info.previous:  # bounded: the pass before this one is forgotten (state.start_state)
             self.state.forget_pass(info.previous, loop.index, self.program.pass_blocks)
         if stop:
             self.state.leave_pass(info.outer, loop.index, pass_epoch)

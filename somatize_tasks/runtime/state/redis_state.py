@@ -32,7 +32,6 @@ from somatize_tasks.runtime.state.archive import FIELDS, fold_logs
 from somatize_tasks.runtime.state.failures import FailureState
 from somatize_tasks.runtime.state.history import MAX_EVENTS, history_key
 from somatize_tasks.runtime.state.outbox_state import OutboxState, compact_json
-from somatize_tasks.runtime.state.passes import PassState
 from somatize_tasks.runtime.state.repair_state import RepairState
 from somatize_tasks.runtime.state.run_state import (
     FINAL_STATES,
@@ -41,7 +40,7 @@ from somatize_tasks.runtime.state.run_state import (
     node_done,
 )
 from somatize_tasks.runtime.state.seal import Seal
-from somatize_tasks.runtime.state.start_state import StartState
+from somatize_tasks.runtime.state.start_state import PassState, StartState
 from somatize_tasks.runtime.state.starts import PendingStart, send_with_start
 from somatize_tasks.workers.reservations import reservation_keys
 

@@ -161,7 +161,7 @@ class RunState(Protocol):
         ...
 
     def forget_pass(self, epoch: int, loop_bid: int, shape_of: Callable[[int], PassShape]) -> int:
-        """Drop what a finished pass kept (and loops nested in it): runtime.state.passes."""
+        """Drop what a finished pass kept (and loops nested in it): runtime.state.start_state."""
         ...
 
     def mark_nodes(
