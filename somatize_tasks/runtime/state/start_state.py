@@ -5,13 +5,14 @@ Kept apart from :mod:`~somatize_tasks.runtime.state.redis_state` so each half re
 in one sitting; every method here is one round trip (a Lua script), and a batch's
 next start can ride on the record before it (:mod:`.starts`).
 
-Loop passes start here too (:class:`PassState`), and end. Every pass of a loop is
-an epoch of its own (``e:<epoch>`` in the run's ``results`` hash: the loop, its
-enclosing pass, its number and the pass before it), and every block that runs in
-it keeps working fields under that epoch: its record (``b:``), attempts (``a:``),
-saved input (``i:``), pending and arrived transfers (``p:``, ``t:``), recomputations (``rn:``, ``rw:``, ``rc:``) and a Parallel's join
-(``jn:``, ``jt:``, ``j:``). Kept for ever, a loop with a huge cap grew by a set of
-them per pass (49,618 fields after 60 s, Redis memory rising linearly).
+Loop passes start here too (:class:`PassState`), and end. Every pass of a loop is an
+epoch of its own (``e:<epoch>`` in the run's ``results`` hash: the loop, its
+enclosing pass, its number and the pass before it), and every block that runs in it
+keeps working fields under that epoch: its record (``b:``), attempts (``a:``), saved
+input (``i:``), pending and arrived transfers (``p:``, ``t:``), recomputations
+(``rn:``, ``rw:``, ``rc:``) and a Parallel's join (``jn:``, ``jt:``, ``j:``). Kept
+for ever, a loop with a huge cap grew by a set of them per pass (49,618 fields after
+60 s, Redis memory rising linearly).
 
 What later nodes or the carry still read lives elsewhere: outputs in ``latest``
 (one per node), loop signals by node, the carry in the loop node's latest value.
