@@ -112,7 +112,7 @@ def run_block(
     # A Stream or Composite needs all its nodes at once; a chain binds each node when
     # its turn comes, so an unknown node fails as itself, after the nodes before it ran.
     together = isinstance(node, Stream) or type(node) is Composite
-    bound = {n: _bound_or_tagged(bind, n) for n in nodes} if together else {}
+    bound = {n: _bound_or_tagged(bind, n, clock) for n in nodes} if together else {}
 
     def context(node_id: str) -> NodeContext:
         return NodeContext(run_id, node_id, program.seed, program.trial, reporter)
@@ -129,7 +129,7 @@ def run_block(
                 with running(context(node_id)):
                     run.node(node_id, bound.get(node_id) or bind(node_id))
             except Exception as exc:
-                tag_failure(exc, node_id, began, run.times, run.outputs)
+                tag_failure(exc, node_id, began, run.times, run.outputs, clock())
                 raise
     last = nodes[-1]
     if isinstance(node, Branch):
@@ -155,13 +155,15 @@ def run_block(
     return result
 
 
-def _bound_or_tagged(bind: Callable[[str], BoundNode], node_id: str) -> BoundNode:
+def _bound_or_tagged(
+    bind: Callable[[str], BoundNode], node_id: str, clock: Callable[[], float] = time.time
+) -> BoundNode:
     """``bind(node_id)``; a failure is tagged as the node's own (nothing else ran)."""
-    began = time.time()
+    began = clock()
     try:
         return bind(node_id)
     except Exception as exc:
-        tag_failure(exc, node_id, began, {}, {})
+        tag_failure(exc, node_id, began, {}, {}, clock())
         raise
 
 
