@@ -21,6 +21,7 @@
     ├── ClusterError                a local cluster could not start, or a part stopped
     ├── CacheError                  the content cache cannot do what was asked (ValueError)
     ├── StudyError                  a study's space, objective or record is malformed (ValueError)
+    ├── DuplicateWorkerIdError      another live process already works under this id
     ├── StrandedError               a dead worker's node cannot be re-placed yet
     ├── ArtifactError               the artifact store cannot serve a request
     │   ├── ArtifactIdError         a run, node or worker id is unsafe as a key (ValueError)
@@ -41,7 +42,8 @@
         └── NodeFailedError         a node raised: names node, worker, remote traceback
             └── RunEndedByReaperError   the reaper ended the run; the message says why
                 ├── KilledWorkerError   a node killed its worker max_node_deaths times
-                └── RunDeadlineError    the run's deadline_s passed
+                ├── RunDeadlineError    the run's deadline_s passed
+                └── RunBudgetError      the run's loops made max_passes passes
 
 Every error takes its message as its only positional argument, so Celery's
 JSON result backend can rebuild it on the producer's side; the structured
@@ -161,8 +163,14 @@ class ArtifactCorruptError(ArtifactError):
 
 
 class DiskFullError(ArtifactError):
-    """No space left on a local disk (the cache, or a shared directory): the message
-    names the node, the worker and the path, and says "no space left"."""
+    """No space left on a local disk (the RAM directory, the cache, or a shared
+    directory): the message names the node, the worker, the tier and the path, and
+    says "no space left". ``tier`` and ``path`` say where (when known)."""
+
+    def __init__(self, message: str, *, tier: str | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.tier = tier
+        self.path = path
 
 
 class PeerTransferError(ArtifactError):
@@ -263,6 +271,18 @@ class StudyError(SomatizeError, ValueError):
     """A study's search space, objective or record is malformed; the message names the field."""
 
 
+class DuplicateWorkerIdError(SomatizeError):
+    """A worker starting under an id another live process heartbeats as."""
+
+    @classmethod
+    def for_worker(cls, worker_id: str, other: str) -> DuplicateWorkerIdError:
+        return cls(
+            f"worker id '{worker_id}' is already used by a live worker ({other}); two "
+            "processes under one id would both take its messages. Give this worker "
+            "another id (--worker-id or SOMATIZE_WORKER_ID), or stop the other one first"
+        )
+
+
 class StrandedError(SomatizeError):
     """A node cannot be re-placed yet (no live worker satisfies its target)."""
 
@@ -304,6 +324,11 @@ class KilledWorkerError(RunEndedByReaperError):
 
 class RunDeadlineError(RunEndedByReaperError):
     """The run's ``deadline_s`` passed; the message names what was still unfinished."""
+
+
+class RunBudgetError(RunEndedByReaperError):
+    """The run's loops used up its budget of passes (``max_passes``); the message
+    names the loop that would have gone on."""
 
 
 class RunCancelledError(RunError):

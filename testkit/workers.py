@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,16 +138,20 @@ class WorkerFactory:
         wait: bool = True,
         plain: bool = False,
         source: Path = REPO,
+        extra_env: Mapping[str, str] | None = None,
+        log_name: str | None = None,
     ) -> WorkerProcess:
         """Start ``somatize-tasks worker`` (``options`` are its own, then celery's args).
 
         With ``plain``, start ``celery -A somatize_tasks worker`` configured by
         ``SOMATIZE_*`` variables alone. ``source``: the source tree the worker
         imports (another checkout of the project, to test that versions interoperate).
+        ``extra_env``: more variables (say a clock shim's, :mod:`testkit.skew`);
+        ``log_name``: the log file's name, for two processes under one worker id.
         """
         worker_id = f"{self.settings.key_prefix}-{name}"
-        log_path = self.log_dir / f"{worker_id}.log"
-        env = {**os.environ, **self.settings.to_env()}
+        log_path = self.log_dir / f"{log_name or worker_id}.log"
+        env = {**os.environ, **self.settings.to_env(), **(extra_env or {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
         celery_tail = celery_args_for(concurrency, celery_args)
         if plain:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from somatize_tasks.cli import main
 from somatize_tasks.cli.common import friendly_errors
 from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.observe.dashboard import make_app, parse_credentials, redis_answers
+from somatize_tasks.observe.dashboard_access import AUTH_VARIABLE, HostCheck, read_credentials
 from somatize_tasks.observe.run_record import read_run
 from somatize_tasks.observe.soma_export import write_run_dir
 from somatize_tasks.observe.timeline_page import write_timeline
@@ -60,27 +62,42 @@ people = Console(stderr=True, highlight=False)
     "--address",
     default="127.0.0.1",
     show_default=True,
-    help="Where to listen; anything but loopback needs --basic-auth.",
+    help=f"Where to listen; anything but loopback needs credentials ({AUTH_VARIABLE}).",
 )
 @click.option(
     "--basic-auth",
     "basic_auth",
-    envvar="SOMATIZE_DASHBOARD_AUTH",
     metavar="USER:PASSWORD",
-    help="Require these credentials (like Flower's).",
+    hidden=True,  # refused: ps shows it to everyone (dashboard_access)
+)
+@click.option(
+    "--basic-auth-file",
+    "auth_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"Require the credentials on its first line, USER:PASSWORD (or set {AUTH_VARIABLE}).",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another name it is reached by (a DNS name in front of it); repeatable.",
 )
 @friendly_errors
-def dashboard(port: int, address: str, basic_auth: str | None) -> None:
+def dashboard(
+    port: int, address: str, basic_auth: str | None, auth_file: Path | None, hosts: tuple[str, ...]
+) -> None:
     """Serve a live page of workers, runs and run timelines (Ctrl-C stops it)."""
     try:
-        credentials = parse_credentials(basic_auth, address)
+        given = read_credentials(basic_auth, os.environ.get(AUTH_VARIABLE) or None, auth_file)
+        credentials = parse_credentials(given, address)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     settings = Settings.from_env()
     unreachable = redis_answers(settings)
     if unreachable is not None:  # serve anyway: the page says so until Redis answers
         click.echo(f"{unreachable}; the page says so until it answers", err=True)  # one line
-    app = make_app(settings, credentials)
+    app = make_app(settings, credentials, hosts=HostCheck(hosts))
     try:
         app.listen(port, address)
     except OSError as exc:

@@ -20,6 +20,7 @@ from somatize_tasks.config.keys import queue_name
 from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.errors import CatalogError
 from somatize_tasks.messaging.celery_app import create_app
+from somatize_tasks.workers.identity import Clash, recent_clashes
 from somatize_tasks.workers.registry import Registry, SeenWorker
 
 _CONCURRENCY_FLAGS = ("-c", "--concurrency")
@@ -86,14 +87,22 @@ def worker(celery_args: tuple[str, ...], **options: Any) -> None:
     app.worker_main(celery_argv(settings, celery_args))
 
 
-def workers_table(workers: list[SeenWorker]) -> Table:
-    table = Table(title=f"{len(workers)} live worker(s)")
+def workers_table(workers: list[SeenWorker], clashes: dict[str, Clash] | None = None) -> Table:
+    """The live workers; an id two live processes beat under is marked, and said so
+    below the table (:mod:`somatize_tasks.workers.identity`)."""
+    clashes = clashes or {}
+    caption = [
+        f"worker id {worker_id}: two live processes heartbeat under it ({c.first} and "
+        f"{c.second}, {c.age_s:.0f} s ago): stop one, or give it another --worker-id"
+        for worker_id, c in sorted(clashes.items())
+    ]
+    table = Table(title=f"{len(workers)} live worker(s)", caption="\n".join(caption) or None)
     for column in ("id", "name", "tags", "gpu", "cpu", "slots used/total", "last seen"):
         table.add_column(column)
     for worker in workers:
         info = worker.info
         table.add_row(
-            info.id,
+            f"{info.id} (DUPLICATE)" if info.id in clashes else info.id,
             info.name,
             ",".join(info.tags) or "-",
             "yes" if info.gpu else "no",
@@ -110,12 +119,16 @@ def workers(as_json: bool) -> None:
     """List the live workers (those whose heartbeat is fresh)."""
     settings = Settings.from_env()
     try:
-        live = Registry.from_settings(settings).live()
+        registry = Registry.from_settings(settings)
+        live = registry.live()
+        clashes = recent_clashes(registry, [worker.info.id for worker in live])
     except RedisError as exc:
         raise click.ClickException(
             f"cannot read workers from Redis at {redacted_url(settings.redis_url)}: {exc}"
         ) from None
     if as_json:
         click.echo(json.dumps([worker.info.model_dump(mode="json") for worker in live], indent=2))
+        for worker_id in sorted(clashes):  # the JSON keeps its shape: said on stderr
+            click.echo(f"warning: two live processes heartbeat as {worker_id}", err=True)
     else:
-        Console().print(workers_table(live))
+        Console().print(workers_table(live, clashes))

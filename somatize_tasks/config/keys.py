@@ -22,6 +22,10 @@ Redis keys (``<p>`` is ``Settings.key_prefix``, ``somatize`` by default)
     ``<p>:workers:peers``       HASH    worker id -> JSON ``{"address": "host:port"}``:
                                         where it serves values (null: it does not),
                                         at start (``workers.peers``)
+    ``<p>:workers:instance``    HASH    worker id -> the process that beat last
+                                        (``host:pid:token``; ``workers.identity``)
+    ``<p>:workers:clash``       HASH    worker id -> ``"<instance> <instance> <ms>"``:
+                                        two live processes beat under that id
     ``<p>:reaper:lease``        STRING  the elected reaper's token (PX lease)
     ``<p>:msg:<id>``            STRING  who took a signed task message, until it
                                         expires (``messaging.replay``)
@@ -125,6 +129,16 @@ class RedisKeys:
     def workers_peers(self) -> str:
         """Where each worker serves its values to others (direct transfers), at its start."""
         return self.key("workers", "peers")
+
+    @property
+    def workers_instances(self) -> str:
+        """Which process (``host:pid:token``) wrote each worker id's last heartbeat."""
+        return self.key("workers", "instance")
+
+    @property
+    def workers_clashes(self) -> str:
+        """Worker ids two live processes heartbeat under (``workers.identity``)."""
+        return self.key("workers", "clash")
 
     def worker_tag(self, tag: str) -> str:
         """The registry hash of the workers with ``tag`` (``""``: the prefix itself)."""

@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     node_time_limit_s: Annotated[float, Field(gt=0)] | None = None
     reroute_grace_s: Annotated[float, Field(ge=0)] = 30.0
     max_node_deaths: Annotated[int, Field(ge=1)] = 3
+    run_deadline_s: Annotated[float, Field(gt=0)] | None = None
+    run_max_passes: Annotated[int, Field(ge=1)] | None = None
     transfer_stall_s: Annotated[float, Field(gt=0)] = 60.0
     max_transfer_stalls: Annotated[int, Field(ge=1)] = 3
     reaper_enabled: bool = True

@@ -102,6 +102,10 @@ reroute_grace_s: how long a node pinned to a dead worker (or needing a tag no li
 max_node_deaths: a node whose worker (or worker process) died while running it this many times
     fails its run (`KilledWorkerError`) instead of being re-run again;
     `submit_plan(max_node_deaths=...)` overrides it per run
+run_deadline_s: the deadline of every run submitted without one of its own: past it the run
+    fails with `RunDeadlineError` (`submit_plan(deadline_s=...)` and `--deadline` override it)
+run_max_passes: most loop passes one run may make, all its loops together: the pass past it
+    fails the run (`RunBudgetError`) naming the loop; `submit_plan(max_passes=...)` overrides it
 transfer_stall_s: a block waiting longer than this for its transfers is dispatched again
 max_transfer_stalls: a block whose transfers never came this many times fails its run
 reaper_enabled: whether workers stand for election as the cluster's reaper (they sweep their own

@@ -13,7 +13,6 @@ settings through :func:`settings_of`.
 from __future__ import annotations
 
 import ssl
-import time
 import uuid
 from typing import Any
 
@@ -21,6 +20,7 @@ from celery import Celery
 from celery.app.amqp import AMQP
 from kombu import Connection
 
+from somatize_tasks.config.clock import settings_now
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.messaging.kombu_publish import reuse_publish_clients
 from somatize_tasks.messaging.signing import (
@@ -98,7 +98,9 @@ class ShadowNamedAMQP(AMQP):
         key = signing_key(settings)
         if key is not None:
             headers = message.headers
-            headers[MESSAGE] = {"id": uuid.uuid4().hex, "exp": time.time() + settings.message_ttl_s}
+            # Its expiry is judged on Redis' clock (messaging.replay): stamped with it.
+            expires = settings_now(settings) + settings.message_ttl_s
+            headers[MESSAGE] = {"id": uuid.uuid4().hex, "exp": expires}
             headers[HEADER] = sign(key, name, task_id, message.body)  # workers before v2
             headers[SIGNED] = sign2(key, name, task_id, message.body, headers)
         shadow = message.headers.get("shadow")

@@ -34,6 +34,13 @@ already popped, so dropping it loses nothing else: :func:`_parse_popped`
 and :func:`_deliver` log one line and drop it (kombu's poller treats
 ``Empty`` as "nothing this time"). Well-formed envelopes with a bad body are
 refused later, by :mod:`somatize_tasks.messaging.message_guard`.
+
+A fourth is about clocks: kombu stamps each unacknowledged message with the
+receiving worker's wall clock and every worker puts back on its queue those
+older than the visibility timeout by its own. A worker whose clock is an hour
+behind then had every message it ran handed out again by the others (and one an
+hour ahead, theirs). :func:`unacked_on_redis_clock` makes both Redis' time
+(:mod:`somatize_tasks.config.clock`) when the broker is the run-state Redis.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+from functools import partial
 from queue import Empty
 from typing import Any
 
@@ -49,6 +57,9 @@ from celery.worker.state import active_requests
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from somatize_tasks.config.clock import settings_now
+from somatize_tasks.config.settings import Settings
 
 log = logging.getLogger(__name__)
 _original_restore = kombu_redis.QoS.restore_unacked
@@ -192,3 +203,10 @@ def guard_restore_on_close() -> None:
         kombu_redis.QoS.reject = _reject  # type: ignore[method-assign]
         setattr(kombu_redis, "loads", _parse_popped)  # noqa: B010
         kombu_redis.Transport._deliver = _deliver  # type: ignore[method-assign]
+
+
+def unacked_on_redis_clock(settings: Settings) -> None:
+    """Stamp and judge kombu's unacknowledged messages on Redis' clock (the module
+    docstring); a broker other than ``settings.redis_url`` keeps kombu's own."""
+    if settings.broker == settings.redis_url:
+        setattr(kombu_redis, "time", partial(settings_now, settings))  # noqa: B010

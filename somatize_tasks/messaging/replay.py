@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Callable
 
 from redis import Redis
@@ -37,9 +38,14 @@ from somatize_tasks.lua import script
 MARGIN_MS = 60_000
 
 
+#: Tells apart processes with the same host name and pid (two containers, say).
+_TOKEN = uuid.uuid4().hex[:6]
+
+
 def instance_id() -> str:
-    """This worker process: a restarted worker with the same id is another taker."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This worker process, ``host:pid:token``: a restarted worker with the same id is
+    another taker, and another heartbeat writer (``workers.identity``)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_TOKEN}"
 
 
 class ReplayGuard:

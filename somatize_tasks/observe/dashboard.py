@@ -12,8 +12,11 @@ polls these endpoints about once a second:
 - ``GET /api/runs/<id>/timeline.svg``: its timeline, drawn now.
 
 Like Flower, it binds to 127.0.0.1 by default; bound anywhere else it
-refuses to start without ``--basic-auth user:password``, and with one it
-answers nothing without those credentials.
+refuses to start without credentials (``SOMATIZE_DASHBOARD_AUTH`` or
+``--basic-auth-file``, never the command line), and with them it answers
+nothing without them. It answers only requests whose ``Host`` it is served
+under, and error pages carry no traceback
+(:mod:`somatize_tasks.observe.dashboard_access`).
 
 When Redis does not answer, every endpoint says so (``503`` with
 ``{"error": "Redis unreachable at ..."}``, which the page shows) and the
@@ -39,10 +42,12 @@ from redis.exceptions import RedisError
 from tornado.log import access_log
 from tornado.web import Application, HTTPError, RequestHandler
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.connections import redis_client
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.errors import RedisUnreachableError, RunError
+from somatize_tasks.observe.dashboard_access import HostCheck
 from somatize_tasks.observe.dashboard_page import PAGE
 from somatize_tasks.observe.run_record import read_run
 from somatize_tasks.observe.timeline import timeline_svg
@@ -98,11 +103,13 @@ class Base(RequestHandler):
         client: Redis[bytes],
         credentials: tuple[str, str] | None,
         outage: OutageNote,
+        hosts: HostCheck | None = None,
     ) -> None:
         self.somatize = settings
         self.client = client
         self.credentials = credentials
         self.outage = outage
+        self.hosts = hosts or HostCheck()
         self.redis_down = False
 
     @contextlib.contextmanager
@@ -118,6 +125,8 @@ class Base(RequestHandler):
             self.outage.answered()
 
     def prepare(self) -> None:
+        if not self.hosts.allows(self.request.host):  # DNS rebinding (dashboard_access)
+            raise HTTPError(400, reason="this dashboard is not served under that Host name")
         if self.credentials is None:
             return
         header = self.request.headers.get("Authorization", "")
@@ -129,6 +138,11 @@ class Base(RequestHandler):
         if not header.startswith("Basic ") or not hmac.compare_digest(given, expected):
             self.set_header("WWW-Authenticate", 'Basic realm="somatize-tasks"')
             raise HTTPError(401)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """The status and its reason, never a traceback (tornado logs that)."""
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self._reason}\n")
 
     def reply(self, value: Any) -> None:
         self.set_header("Content-Type", "application/json")
@@ -168,7 +182,7 @@ class RunHandler(Base):
             {
                 "run_id": status.run_id,
                 "state": status.state,
-                "error": status.error,
+                "error": without_traceback(status.error),
                 "done": status.done,
                 "total": len(status.nodes),
                 "nodes": {
@@ -188,7 +202,8 @@ class TimelineHandler(Base):
         record = _record(self, run_id)
         self.set_header("Content-Type", "image/svg+xml")
         self.set_header("Cache-Control", "no-store")
-        self.finish(timeline_svg(record.status, now=time.time(), history=record.history))
+        now = redis_now(self.client)  # the clock the run's times are on (config.clock)
+        self.finish(timeline_svg(record.status, now=now, history=record.history))
 
 
 def _record(handler: Base, run_id: str) -> Any:
@@ -232,20 +247,32 @@ def runs_page(
                 "total": int(total or 0),
                 "created_at": float(created or 0),
                 "finished_at": float(finished) if finished else None,
-                "error": json.loads(error) if error else None,
+                "error": without_traceback(json.loads(error)) if error else None,
             }
         )
     return runs, len(run_ids) == count
 
 
+def without_traceback(error: Any) -> Any:
+    """A run's error as the page shows it: its node, worker, type and message, not the
+    worker's traceback (file paths and code are for ``somatize-tasks status``)."""
+    if isinstance(error, dict):
+        return {k: v for k, v in error.items() if k != "traceback"}
+    return error
+
+
 def make_app(
-    settings: Settings, credentials: tuple[str, str] | None, outage: OutageNote | None = None
+    settings: Settings,
+    credentials: tuple[str, str] | None,
+    outage: OutageNote | None = None,
+    hosts: HostCheck | None = None,
 ) -> Application:
     args = {
         "settings": settings,
         "client": redis_client(settings, socket_connect_timeout=2.0, socket_timeout=5.0),
         "credentials": credentials,
         "outage": outage or OutageNote(settings.redis_url),
+        "hosts": hosts or HostCheck(),
     }
     return Application(
         [
@@ -282,15 +309,17 @@ def redis_answers(settings: Settings) -> str | None:
 
 
 def parse_credentials(value: str | None, address: str) -> tuple[str, str] | None:
-    """``user:password`` from ``--basic-auth``; required when bound beyond loopback."""
+    """``user:password`` (``dashboard_access.read_credentials``); required when bound
+    beyond loopback."""
     if value is None:
         if address not in LOOPBACK:
             raise ValueError(
                 f"binding the dashboard to {address} makes it reachable from other machines: "
-                "give --basic-auth USER:PASSWORD (or SOMATIZE_DASHBOARD_AUTH), as for Flower"
+                "put USER:PASSWORD in SOMATIZE_DASHBOARD_AUTH or in a file given with "
+                "--basic-auth-file"
             )
         return None
     user, sep, password = value.partition(":")
     if not sep or not user or not password:
-        raise ValueError("--basic-auth must be USER:PASSWORD, both non-empty")
+        raise ValueError("the dashboard's credentials must be USER:PASSWORD, both non-empty")
     return user, password

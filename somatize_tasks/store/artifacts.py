@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import io
 import shutil
 from collections.abc import Callable, Iterator
@@ -25,10 +24,29 @@ from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import ArtifactCorruptError, ArtifactMissingError, DiskFullError
 from somatize_tasks.store.codecs import Codec, codec_for, codec_named
 from somatize_tasks.store.ids import artifact_key, key_part
-from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.local import LocalDir, disk_full
 from somatize_tasks.store.ram import ram_tier
 from somatize_tasks.store.ref import ArtifactRef, TransferType
 from somatize_tasks.store.shared import SharedStore, shared_store
+
+#: Where a value is written, by tier: what the message calls it, and the setting. (A
+#: full RAM directory is no error: the value goes to the cache, ``store.ram``.)
+TIERS = {
+    "cache": ("cache", "SOMATIZE_CACHE_DIR"),
+    "store": ("shared directory (the store)", "SOMATIZE_STORE_DIR"),
+}
+
+
+@contextlib.contextmanager
+def _tier(tier: str, path: Path) -> Iterator[None]:
+    """A full disk inside is a :class:`DiskFullError` saying which tier (and where)."""
+    try:
+        yield
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        where = str(exc.filename) if exc.filename else str(path)
+        raise DiskFullError(str(exc), tier=tier, path=where) from None
 
 
 def _write_all(fh: IO[bytes], data: bytes) -> None:
@@ -192,14 +210,18 @@ class ArtifactStore:
 
     def _write(self, key: str, size: int, writer: Callable[[IO[bytes]], None]) -> int:
         """Write a value of about ``size`` bytes to RAM, or else to the cache (and link it
-        into a shared directory); the bytes written."""
+        into a shared directory); the bytes written. A full RAM directory sends the
+        value to the cache; a full cache or shared directory is a :class:`DiskFullError`
+        naming its tier (:meth:`_disk` adds the node)."""
         if self.ram is not None:
             written = self.ram.write(key, size, writer)
             if written is not None:
                 return written
-        written = self.cache.write(key, writer)
+        with _tier("cache", self.cache.path_for(key)):
+            written = self.cache.write(key, writer)
         if self.shares_on_write:
-            self.shared.upload(self.cache.path_for(key), key)
+            with _tier("store", self.settings.store_dir):
+                self.shared.upload(self.cache.path_for(key), key)
         return written
 
     def _in_ram(self, ref: ArtifactRef) -> Path | None:
@@ -265,20 +287,29 @@ class ArtifactStore:
     @contextlib.contextmanager
     def _disk(self, run_id: str, node_id: str, key: str) -> Iterator[None]:
         """A full disk while writing ``key`` is a :class:`DiskFullError` naming node,
-        run, worker, path and the disk's size (the partial file is already gone:
+        run, worker, tier, path and the disk's size (the partial file is already gone:
         writes go to a temporary name, deleted on failure)."""
         try:
             yield
+        except DiskFullError as exc:
+            if exc.tier is None or exc.path is None:
+                raise
+            raise self._full(run_id, node_id, exc.tier, Path(exc.path)) from None
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if not disk_full(exc):
                 raise
             path = Path(exc.filename) if exc.filename else self.cache.path_for(key)
-            raise DiskFullError(
-                f"no space left on device: cannot write the value of node '{node_id}' "
-                f"(run '{run_id}') on worker '{self.worker_id}' to {path}"
-                f"{_free_space(path)}. Free space there or point SOMATIZE_CACHE_DIR "
-                "at a larger disk."
-            ) from None
+            raise self._full(run_id, node_id, "cache", path) from None
+
+    def _full(self, run_id: str, node_id: str, tier: str, path: Path) -> DiskFullError:
+        name, setting = TIERS[tier]
+        return DiskFullError(
+            f"no space left on device: cannot write the value of node '{node_id}' "
+            f"(run '{run_id}') on worker '{self.worker_id}' to the {name} at {path}"
+            f"{_free_space(path)}. Free space there or point {setting} at a larger disk.",
+            tier=tier,
+            path=str(path),
+        )
 
     def delete_run(self, run_id: str) -> None:
         """Forget every artifact of a run, here and in the shared store."""

@@ -56,6 +56,7 @@ from urllib.parse import unquote
 
 from redis import Redis
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.errors import StoreError
 from somatize_tasks.store import CACHE_RUN, SharedStore, key_part
@@ -162,7 +163,7 @@ class RunCollector:
             return 0
 
     def _collect_batch(self, skip: int) -> tuple[int, list[str]]:
-        cutoff = time.time() - self.run_ttl_s
+        cutoff = redis_now(self.client) - self.run_ttl_s  # scores are Redis' time
         raw = self.client.zrangebyscore(self.keys.runs, "-inf", cutoff, start=skip, num=BATCH)
         ids = [item.decode() for item in raw]
         if not ids:

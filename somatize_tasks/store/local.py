@@ -8,8 +8,10 @@ so a reader never sees half a value.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -17,6 +19,17 @@ from pathlib import Path
 from typing import IO
 
 from somatize_tasks.errors import ArtifactCorruptError, ArtifactMissingError
+
+#: NumPy's short write (``tofile`` into a full disk): an ``OSError`` with no errno.
+_SHORT_WRITE = re.compile(r"^\d+ requested and \d+ written$")
+
+
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says its file system is full: ``ENOSPC``/``EDQUOT``, or NumPy's
+    ``OSError("524288 requested and 523248 written")``, which carries no errno."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return exc.errno is None and bool(_SHORT_WRITE.match(str(exc)))
 
 
 def _open_for_writing(temp: Path, recycle: Callable[[Path], bool] | None) -> IO[bytes]:

@@ -31,7 +31,6 @@ within a quarter of the budget.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -42,7 +41,7 @@ from typing import IO
 
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.store.ids import key_part
-from somatize_tasks.store.local import LocalDir
+from somatize_tasks.store.local import LocalDir, disk_full
 from somatize_tasks.store.spares import SPARE_DIR, SparePool
 
 log = logging.getLogger(__name__)
@@ -101,7 +100,7 @@ class RamTier:
         try:
             written = self.dir.write(key, writer, lambda temp: self.spares.claim(size, temp))
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if not disk_full(exc):
                 raise
             log.warning("%s is full; writing '%s' to the disk cache instead", self.describe(), key)
             return None

@@ -14,7 +14,8 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -233,7 +234,6 @@ class S3Store:
     def abort_stale_uploads(self, grace_s: float) -> int:
         """Abort multipart uploads under this store's prefix started more than
         ``grace_s`` seconds ago (left by a worker killed mid-upload); how many."""
-        cutoff = time.time() - grace_s
         prefix = f"{self.prefix}/" if self.prefix else ""
         aborted = 0
         with self._errors("aborting stale uploads under", prefix or "/"):
@@ -241,6 +241,7 @@ class S3Store:
                 Bucket=self.bucket, Prefix=prefix
             )
             for page in pages:
+                cutoff = _server_now(page) - grace_s  # S3 stamped them: judged on its clock
                 for upload in page.get("Uploads", []):
                     if upload["Initiated"].timestamp() >= cutoff:
                         continue
@@ -267,3 +268,13 @@ def shared_store(settings: Settings) -> SharedStore:
     if settings.store_kind == "s3":
         return S3Store(settings)
     return DirectoryStore(settings.store_dir, ram_tier(settings))
+
+
+def _server_now(reply: Mapping[str, Any]) -> float:
+    """The time an S3 reply was made, from its ``Date`` header (the server's clock,
+    which stamped the uploads it lists); this machine's clock when there is none."""
+    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return parsedate_to_datetime(date).timestamp() if date else time.time()
+    except (TypeError, ValueError):
+        return time.time()

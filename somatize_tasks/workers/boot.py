@@ -7,6 +7,8 @@ both end here, so the environment alone is enough for the second:
   ``-Q`` says otherwise, nothing else;
 - it takes the node name ``<worker_id>@<host>`` unless ``-n`` was given, so
   Flower lists workers by their somatize ids;
+- it refuses to start under an id another live process heartbeats as
+  (:mod:`somatize_tasks.workers.identity`), with one line saying what to do;
 - it imports its catalog modules (``Settings.nodes``) in the main process,
   before the pool forks, and records its id in the catalog for errors;
 - the heartbeat bootstep registers it while its pool runs;
@@ -24,18 +26,24 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from celery.signals import celeryd_after_setup, celeryd_init
+from redis.exceptions import RedisError
 
 from somatize_tasks.catalog.entries import default_catalog, load_catalog_modules
 from somatize_tasks.config.keys import queue_name
 from somatize_tasks.config.settings import Settings, redacted_url
+from somatize_tasks.errors import DuplicateWorkerIdError
 from somatize_tasks.messaging.celery_app import SomatizeCelery
-from somatize_tasks.messaging.kombu_compat import guard_restore_on_close
+from somatize_tasks.messaging.kombu_compat import guard_restore_on_close, unacked_on_redis_clock
+from somatize_tasks.messaging.replay import instance_id
 from somatize_tasks.store import key_part
 from somatize_tasks.store.gc import sweep_temp_files
+from somatize_tasks.workers.identity import check_unique
+from somatize_tasks.workers.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,8 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
         return
     guard_restore_on_close()
     settings = app.somatize_settings
+    refuse_a_duplicate_id(settings)
+    unacked_on_redis_clock(settings)
     own_queue = queue_name(settings.worker_id)
     if not options.get("queues"):
         app.amqp.queues.select([own_queue])  # with -Q, HeartbeatStep adds it to theirs
@@ -69,6 +79,21 @@ def _on_worker_init(sender: str, instance: Any, options: dict[str, Any], **_: An
     instance.startup_info = lambda artlines=True: banner(
         original(artlines=artlines), redacted_url(settings.broker), names, settings.allowed_modules
     )
+
+
+def refuse_a_duplicate_id(settings: Settings) -> None:
+    """Exit with one line when another live process works under this worker id
+    (:mod:`somatize_tasks.workers.identity`). Logging is not set up yet: the line goes
+    to stderr. Redis unreachable: no check (the heartbeat says so, and retries)."""
+    registry = Registry.from_settings(settings)
+    try:
+        check_unique(registry, settings.worker_id, instance_id(), settings.heartbeat_interval_s)
+    except DuplicateWorkerIdError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+    except RedisError:
+        return
 
 
 @celeryd_after_setup.connect(weak=False)

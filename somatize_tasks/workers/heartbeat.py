@@ -39,10 +39,12 @@ from somatize_tasks.config.keys import (
 )
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.messaging.celery_app import settings_of
+from somatize_tasks.messaging.replay import instance_id
 from somatize_tasks.messaging.signing import accepted_key_ids, verification_keys
 from somatize_tasks.transfer import store_for
 from somatize_tasks.transfer.peer_server import ValueServer, start_server
 from somatize_tasks.workers import peers
+from somatize_tasks.workers.identity import ClashWarnings
 from somatize_tasks.workers.machine import cpu_cores, detect_gpu
 from somatize_tasks.workers.registry import Registry
 
@@ -104,8 +106,13 @@ class Heart:
         poll_s: float = 0.05,
         held_tasks: Callable[[], tuple[str, ...] | None] = held_node_tasks,
         on_restored: Callable[[], None] = lambda: None,
+        instance: str = "",
     ) -> None:
         self.registry = registry
+        #: This process (``workers.identity``): a beat that replaces another live
+        #: process's under the same id says so in the log.
+        self.instance = instance
+        self._clashes: ClashWarnings | None = None
         #: Called after a beat that follows failed ones: Redis may have lost what
         #: the worker wrote only once (a restart without persistence).
         self.on_restored = on_restored
@@ -152,8 +159,9 @@ class Heart:
 
     def _beat(self, seen: tuple[int, tuple[str, ...] | None]) -> None:
         active, tasks = seen
+        info = self.describe(active)
         try:
-            self.registry.heartbeat(self.describe(active), tasks=tasks)
+            beat = self.registry.beat(info, tasks, self.instance)
         except RedisError as exc:
             # Keep trying every poll: the worker reappears as soon as Redis answers.
             if not self._failing:
@@ -161,6 +169,10 @@ class Heart:
             self._failing = True
             self._due = time.monotonic() + min(1.0, self.interval_s)
             return
+        if beat.clash:
+            if self._clashes is None:
+                self._clashes = ClashWarnings(info.id, self.instance)
+            self._clashes.saw(beat.clash)
         if self._failing:
             log.info("heartbeat restored")
             self.on_restored()
@@ -214,7 +226,13 @@ class HeartbeatStep(bootsteps.StartStopStep):
             except RedisError as exc:
                 log.warning("could not announce this worker's message keys and address: %s", exc)
 
-        self.heart = Heart(registry, describe, settings.heartbeat_interval_s, on_restored=announce)
+        self.heart = Heart(
+            registry,
+            describe,
+            settings.heartbeat_interval_s,
+            on_restored=announce,
+            instance=instance_id(),
+        )
         self.heart.start()
         announce()
         log.info("heartbeat started for worker %r (%s)", settings.worker_id, describe(0))

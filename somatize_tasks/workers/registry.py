@@ -74,6 +74,14 @@ class SeenWorker(NamedTuple):
         return datetime.fromtimestamp(self.seen_ms / 1000, tz=UTC)
 
 
+class Beat(NamedTuple):
+    """What one heartbeat wrote: Redis' time (ms), and the other process (an instance
+    id) whose fresh heartbeat under the same worker id it replaced ('' for none)."""
+
+    now_ms: int
+    clash: str
+
+
 class Registry:
     """Reads and writes heartbeats under one key prefix."""
 
@@ -102,12 +110,21 @@ class Registry:
             self.keys.worker_tags,
             self.keys.workers_tasks,
             self.keys.workers_keys,
+            self.keys.workers_instances,
+            self.keys.workers_clashes,
             self.keys.workers_peers,
         ]
 
     def heartbeat(self, info: WorkerInfo, tasks: Sequence[str] | None = None) -> int:
         """Record ``info`` as fresh now, with the node task ids the worker holds
         (None: no report); returns the Redis time written (ms)."""
+        return self.beat(info, tasks).now_ms
+
+    def beat(
+        self, info: WorkerInfo, tasks: Sequence[str] | None = None, instance: str = ""
+    ) -> Beat:
+        """:meth:`heartbeat`, written by process ``instance`` (``workers.identity``):
+        the reply also names another live process beating under the same id."""
         held = "" if tasks is None else json.dumps(list(tasks), separators=(",", ":"))
         args = [
             info.id,
@@ -115,9 +132,12 @@ class Registry:
             WORKER_RETENTION_MS,
             self.keys.worker_tag(""),
             held,
+            instance,
+            self.ttl_ms,
             *info.tags,
         ]
-        return int(self._heartbeat(keys=self._script_keys, args=args))
+        now, clash = self._heartbeat(keys=self._script_keys, args=args)
+        return Beat(int(now), clash.decode() if isinstance(clash, bytes) else str(clash))
 
     def held_tasks(self, worker_ids: Iterable[str]) -> dict[str, frozenset[str] | None]:
         """The node task ids each worker last reported holding (None: no report)."""

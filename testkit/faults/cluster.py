@@ -94,8 +94,11 @@ class FaultCluster:
         aof: bool = False,
         tiny_disk_mb: int | None = None,
         tags: dict[str, str] | None = None,
+        tiny_ram_mb: int | None = None,
     ) -> None:
         self.tags = dict(tags or WORKER_TAGS)
+        #: With a RAM directory (a tmpfs this small): a shared directory store, one machine.
+        self.tiny_ram_mb = tiny_ram_mb
         self.root = Path(tempfile.mkdtemp(prefix="faults-"))
         self.aof = aof
         self.prefix = f"fm{uuid.uuid4().hex[:6]}"
@@ -144,6 +147,7 @@ class FaultCluster:
             "transfer_max_retries": 4,
             "transfer_retry_backoff_max_s": 2.0,
             "worker_id": f"{self.prefix}-producer",
+            **self._ram_store(),
             **overrides,
         }
         for name, value in FEATURES.items():
@@ -151,6 +155,17 @@ class FaultCluster:
             if short in Settings.model_fields:
                 fields.setdefault(short, value)
         return ArgumentSettings.model_validate(fields)
+
+    def _ram_store(self) -> dict[str, Any]:
+        """With a tiny RAM directory: the shared directory store, and its RAM tier there
+        with a budget the tmpfs, not the setting, runs out of."""
+        if not self.tiny_ram_mb:
+            return {}
+        return {
+            "store_kind": "local",
+            "ram_dir": self.root / "ram",
+            "ram_max_bytes": 1 << 30,
+        }
 
     def env(self) -> dict[str, str]:
         """A child's environment: these settings as ``SOMATIZE_*``, the features, the repo."""
@@ -171,6 +186,8 @@ class FaultCluster:
         self.start_moto()
         if self.tiny_disk_mb:
             self.mount_tiny_cache("w3", self.tiny_disk_mb)
+        if self.tiny_ram_mb:
+            self.mount_tmpfs(self.root / "ram", self.tiny_ram_mb)
         for name in self.tags:
             self.start_worker(name)
         self.wait_live(list(self.tags))
@@ -250,7 +267,10 @@ class FaultCluster:
 
     def mount_tiny_cache(self, name: str, size_mb: int) -> None:
         """A ``size_mb`` tmpfs as ``name``'s cache (needs root and mount)."""
-        target = self.root / "cache" / self.worker_id(name)
+        self.mount_tmpfs(self.root / "cache" / self.worker_id(name), size_mb)
+
+    def mount_tmpfs(self, target: Path, size_mb: int) -> None:
+        """A ``size_mb`` tmpfs on ``target`` (needs root and mount), unmounted at close."""
         target.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
@@ -260,8 +280,14 @@ class FaultCluster:
         self.mounts.append(target)
 
     def start_worker(self, name: str) -> Proc:
+        proc = self._spawn(self.worker_id(name), self.worker_argv(name), self.env())
+        self.workers[name] = proc
+        return proc
+
+    def worker_argv(self, name: str) -> list[str]:
+        """The command line that starts worker ``name``."""
         worker_id = self.worker_id(name)
-        argv = [
+        return [
             sys.executable,
             "-m",
             "somatize_tasks",
@@ -280,9 +306,6 @@ class FaultCluster:
             "--without-mingle",
             "--without-gossip",
         ]
-        proc = self._spawn(worker_id, argv, self.env())
-        self.workers[name] = proc
-        return proc
 
     def wait_live(self, names: list[str], timeout_s: float = 60.0) -> None:
         registry = Registry.from_settings(self.settings())

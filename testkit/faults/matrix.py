@@ -49,6 +49,14 @@ from testkit.faults.rows_infra import (
     s3_paused,
     three_producers,
 )
+from testkit.faults.rows_state import (
+    duplicate_id,
+    long_loop,
+    paused_returns,
+    ram_and_cache_full,
+    redis_paused_at_submit,
+    replayed,
+)
 
 ROWS = [
     Row("kill1", "SIGKILL 1 of 3 workers mid-run", kill_workers(1), 60),
@@ -119,6 +127,34 @@ ROWS = [
         keeps_workers=True,
     ),
 ]
+ROWS += [
+    Row("fence", "SIGSTOP the worker of a random node until it ran elsewhere", paused_returns, 60),
+    Row("replay", "signed node message replayed twice while it runs", replayed(2, False), 60),
+    Row(
+        "replay_redelivered",
+        "the same, 3 copies flagged redelivered",
+        replayed(3, True),
+        60,
+    ),
+    Row("duplicate_id", "a second worker started under a busy worker's id", duplicate_id, 60),
+    Row(
+        "redis_paused_submit",
+        "Redis SIGSTOPped at submit (6 s past a 3 s budget; 2 s within 10 s)",
+        redis_paused_at_submit,
+        60,
+        may_fail=True,
+    ),
+    Row(
+        "ram_cache_full",
+        "full RAM and cache dirs: 3 MB NumPy output, 1 MB RAM dir, 2 MB cache",
+        ram_and_cache_full,
+        40,
+        may_fail=True,
+        tiny_disk_mb=2,
+        tiny_ram_mb=1,
+    ),
+    Row("loop10k", "a 10,000-pass loop: right count, working state flat", long_loop(10_000), 300),
+]
 BY_KEY = {row.key: row for row in ROWS}
 COLUMNS = ("fault", "runs", *KINDS, "workers lost", "time to recover", "verdict")
 
@@ -170,7 +206,9 @@ class RowResult:
 def run_row(row: Row, reps: int, bound: float, deadline: float) -> RowResult:
     """``reps`` repetitions of ``row`` on a fresh cluster, stopped at ``deadline``."""
     result = RowResult(row)
-    cluster = FaultCluster(aof=row.aof, tiny_disk_mb=row.tiny_disk_mb, tags=row.tags)
+    cluster = FaultCluster(
+        aof=row.aof, tiny_disk_mb=row.tiny_disk_mb, tags=row.tags, tiny_ram_mb=row.tiny_ram_mb
+    )
     try:
         try:
             cluster.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ class Expectation:
     output: Any = None
     clear: str | None = None  # a regex an error must match to count as clear
     wrong: str | None = None  # a regex of an error that means a forgery was believed
+    #: Judges the output instead of ``output`` (a random value): why it is wrong, or None.
+    check: Callable[[Any], str | None] | None = None
 
 
 @dataclass
@@ -134,6 +137,9 @@ class Waiter:
         assert self.fault_at is not None
         took = self._ended - self.fault_at
         if self._error is None:
+            if self.expect.check is not None:
+                why = self.expect.check(self._value)
+                return Outcome(CORRECT, took) if why is None else Outcome(WRONG, took, why)
             if self._value == self.expect.output:
                 return Outcome(CORRECT, took)
             return Outcome(WRONG, took, f"returned {short(self._value)}")

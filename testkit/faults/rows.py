@@ -37,6 +37,7 @@ class Row:
     tiny_disk_mb: int | None = None
     tags: dict[str, str] | None = None  # worker name -> tags (default: WORKER_TAGS)
     keeps_workers: bool = False  # the fault must not take any worker down
+    tiny_ram_mb: int | None = None  # a shared directory store with a RAM dir this small
 
 
 # --- plans ------------------------------------------------------------------------------

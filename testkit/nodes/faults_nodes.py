@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from somatize_tasks import node
 from somatize_tasks.runtime.state.redis_state import RedisRunState
@@ -64,6 +67,27 @@ def digest(value: Any) -> str:
 def echo(value: Any) -> Any:
     """Returns its input: a forged input shows in the run's output."""
     return value
+
+
+@node("fm_rand")
+def rand(value: Any, s: float = 0.2, n: int = 64) -> list[float]:
+    """Different on every execution (random numbers, as a training node's weights): a
+    stale execution's value read anywhere shows."""
+    time.sleep(s)
+    return [random.random() for _ in range(n)]
+
+
+@node("fm_array")
+def array(value: Any, mb: float = 3.0) -> np.ndarray:
+    """``mb`` MiB of floats: NumPy writes it with ``tofile``, whose short write on a
+    full disk carries no errno."""
+    return np.random.default_rng().standard_normal(int(mb * (1 << 20)) // 8)
+
+
+@node("fm_count")
+def count(value: Any) -> int:
+    """The carry of a long loop: one more each pass."""
+    return (value if isinstance(value, int) else 0) + 1
 
 
 @node("fm_poison")

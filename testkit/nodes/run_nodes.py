@@ -11,6 +11,8 @@ import signal
 import time
 from typing import Any
 
+import numpy as np
+
 from somatize_tasks import node
 from somatize_tasks.runtime.compile.control import Handoff
 
@@ -119,6 +121,13 @@ class MeanCentre:
 def unencodable(_: Any) -> object:
     """An output no codec can encode."""
     return object()
+
+
+@node("rt_array")
+def array(_: Any = None, mb: float = 4.0) -> np.ndarray:
+    """``mb`` MiB of random floats: a NumPy value (written with ``tofile``), different
+    on every execution."""
+    return np.random.default_rng().standard_normal(int(mb * (1 << 20)) // 8)
 
 
 @node("rt_size")

@@ -74,6 +74,7 @@ class Program:
     #: The study trial this run is (``{"study": id, "number": n}``), or None.
     trial: dict[str, Any] | None = None
     _reads: dict[int, tuple[list[str], bool]] = field(default_factory=dict, repr=False)
+    _passes: dict[int, list[tuple[int, int, bool]]] = field(default_factory=dict, repr=False)
 
     @property
     def root(self) -> Block:
@@ -129,6 +130,24 @@ class Program:
                 return current.node.target
             current = None if current.parent is None else self.blocks[current.parent]
         return None
+
+    def pass_blocks(self, loop_bid: int) -> list[tuple[int, int, bool]]:
+        """The blocks that run in one pass of loop ``loop_bid``, as (block, branches,
+        is a loop): every block of its body, down to loops nested in it (whose own
+        bodies run in passes of their own). A Parallel's branch count names its join
+        slots. What a forgotten pass's fields are (``runtime.state.start_state``)."""
+        found = self._passes.get(loop_bid)
+        if found is not None:
+            return found
+        found, stack = [], list(self.blocks[loop_bid].children)
+        while stack:
+            block = self.blocks[stack.pop()]
+            nested = block.kind == "Loop"
+            found.append((block.index, len(block.children) * (block.kind == "Parallel"), nested))
+            if not nested:
+                stack.extend(block.children)
+        self._passes[loop_bid] = found
+        return found
 
     def op_candidates(self, node_id: str) -> list[str]:
         """Catalog names to try for ``node_id``, best first.

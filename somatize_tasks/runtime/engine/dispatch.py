@@ -15,7 +15,6 @@ values (:mod:`somatize_tasks.workers.peers`), and ``SOMATIZE_TRANSFER`` is not
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -23,6 +22,7 @@ from typing import Any
 
 from kombu.utils.uuid import uuid
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import NODE_BATCH_TASK, NODE_TASK, queue_name, run_tag
 from somatize_tasks.messaging.kombu_publish import can_publish_into, publishing_into
 from somatize_tasks.runtime.compile.blocks import Block
@@ -30,6 +30,7 @@ from somatize_tasks.runtime.compile.program import Program
 from somatize_tasks.runtime.compile.values import Expr, refs_in
 from somatize_tasks.runtime.engine.context import PRODUCER, RunContext
 from somatize_tasks.runtime.engine.transfer_chains import TransferChain, transfer_record
+from somatize_tasks.runtime.state.outbox_state import MAX_TRANSFERS, Dispatch
 from somatize_tasks.runtime.state.redis_state import RedisRunState
 from somatize_tasks.workers.peers import Peer, read_peers
 
@@ -43,6 +44,8 @@ STILL_ACTIVE_EVERY = 32
 #: published one by one after it, so the first starts while the rest are built
 #: (folding 32 held a 2,000-branch fan-out's first message back ~20 ms).
 FOLD_SENDS_MAX = 8
+#: A wide fan-out is recorded and published this many blocks at a time (``_flush``).
+FLUSH_BLOCKS = 4096
 #: A node message names its block's node ids when it has at most this many (see
 #: ``tasks.run_node``); a long fused chain's start goes the usual way.
 START_NODES_MAX = 16
@@ -132,6 +135,7 @@ class CeleryDispatcher:
         task_id = uuid()
         chains = [self._chain(ref, worker) for ref in missing]
         status = self._pending(block, epoch, task_id, waiting_for="transfers" if missing else None)
+        now = status["queued_at"]
         if chains:
             status["chain"] = [pair for c in chains for pair in c.watched()]
         self.state.record_dispatch(
@@ -142,7 +146,7 @@ class CeleryDispatcher:
             status,
             missing=len(missing),
             pipe=records,
-            transfer_records=[transfer_record(r, block, worker, kind) for r, kind in direct],
+            transfer_records=[transfer_record(r, block, worker, kind, now) for r, kind in direct],
         )
         return task_id, chains
 
@@ -180,14 +184,32 @@ class CeleryDispatcher:
             transfer.signature(self.context.app, self.run_id, block, epoch, task_id).apply_async()
 
     def _flush(self, held: list[tuple[Block, int, Expr]]) -> None:
-        """Every held block is recorded in one transaction (which also clears the
-        completion intent that made them ready), then published."""
+        """The held blocks are recorded and published :data:`FLUSH_BLOCKS` at a time
+        (memory stays bounded however wide the fan-out): each slice in one
+        transaction, then its messages. The completion intent that made them ready
+        goes with the last slice's records, so a process that dies in between
+        leaves it for the reaper, which dispatches them all again (the messages
+        already out are then stale, and refused)."""
         if not held:
             return
         if len(held) == 1:
             self._dispatch_one(*held[0])
             return
+        intent = self.state.intent
+        logged_from = len(held) - MAX_TRANSFERS  # the log keeps the newest records only
+        for start in range(0, len(held), FLUSH_BLOCKS):
+            if start and not self.state.is_active():
+                return  # the run failed or was cancelled meanwhile: the rest never goes out
+            last = start + FLUSH_BLOCKS >= len(held)
+            self.state.intent = intent if last else None
+            self._flush_slice(held[start : start + FLUSH_BLOCKS], start >= logged_from)
+
+    def _flush_slice(self, held: list[tuple[Block, int, Expr]], logged: bool = True) -> None:
+        """Every block of ``held`` recorded in one transaction, then published
+        (``logged``: with the records of their inputs that cross workers inline)."""
+
         records = self._records()
+        now = redis_now(self.state.client)
         singles = []
         ready: dict[str, list[tuple[Block, int, Expr]]] = {}
         direct: dict[int, list[str]] = {}
@@ -199,23 +221,24 @@ class CeleryDispatcher:
                 singles.append((item, *self._record_one(block, epoch, input_expr, records)))
                 continue
             ready.setdefault(worker, []).append(item)
-            direct[id(item)] = [transfer_record(r, block, worker, kind) for r, kind in inline]
+            direct[id(item)] = (
+                [transfer_record(r, block, worker, kind, now) for r, kind in inline]
+                if logged
+                else []
+            )
         batches = [b for items in ready.values() for b in _split(items, self._batch_max)]
         sends = []
+        dispatches: list[Dispatch] = []
         for batch in batches:
             task_id = uuid()
             for item in batch:
                 block, epoch, input_expr = item
-                self.state.record_dispatch(
-                    block.task_node_ids(),
-                    block.index,
-                    epoch,
-                    input_expr,
-                    self._pending(block, epoch, task_id),
-                    pipe=records,
-                    transfer_records=direct[id(item)],
-                )
+                status = self._pending(block, epoch, task_id, now=now)
+                nodes = block.task_node_ids()
+                dispatches.append((nodes, block.index, epoch, input_expr, status, direct[id(item)]))
             sends.append((batch, task_id))
+        if dispatches:
+            self.state.record_dispatches(dispatches, records)
         if not singles and len(sends) <= FOLD_SENDS_MAX:  # a few messages: fold them in
             blocks = [(block.index, epoch) for batch, _ in sends for block, epoch, _ in batch]
             if self._sent_with(records, partial(self._send_each, sends), blocks):
@@ -268,7 +291,12 @@ class CeleryDispatcher:
         self.state.set_status(block.task_node_ids(), status)
 
     def _pending(
-        self, block: Block, epoch: int, task_id: str, waiting_for: str | None = None
+        self,
+        block: Block,
+        epoch: int,
+        task_id: str,
+        waiting_for: str | None = None,
+        now: float | None = None,
     ) -> dict[str, Any]:
         """The status of a block published (or about to be) under ``task_id``."""
         status: dict[str, Any] = {
@@ -277,7 +305,7 @@ class CeleryDispatcher:
             "block": block.index,
             "epoch": epoch,
             "task_id": task_id,
-            "queued_at": time.time(),
+            "queued_at": redis_now(self.state.client) if now is None else now,  # one clock
             **self._avoiding,
         }
         if waiting_for:

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from scheduler import Branch, Loop, Step
-from somatize_tasks.errors import ControlFlowError
+from somatize_tasks.errors import ControlFlowError, DiskFullError
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.control import STOP
 from somatize_tasks.runtime.compile.fusion import Chain
@@ -282,24 +282,46 @@ class Engine:
         """Soma's order: advance the carry, then read the condition, then the cap."""
         node = loop.node
         assert isinstance(node, Loop)
-        _, outer_epoch, pass_number = self.state.epoch_info(pass_epoch)
+        info = self.state.epoch_info(pass_epoch)
         carried = self._advance_carry(node)
         flow = body_flow if carried is None else carried
         try:
-            signalled = self._signals_stop(node, pass_number)
+            signalled = self._signals_stop(node, info.number)
         except ControlFlowError as exc:
             self.fail(loop, exc, "dispatcher")
             return
-        stop = signalled or pass_number >= node.cap
+        stop = signalled or info.number >= node.cap
         if stop and not signalled and node.until.type != "Exhaust":
             self.state.add_warning(f"loop:{node.node_id}", capped_loop(node))
+        if info.previous:  # bounded: the pass before this one is forgotten (state.start_state)
+            self.state.forget_pass(info.previous, loop.index, self.program.pass_blocks)
         if stop:
-            self.complete(loop.index, outer_epoch, flow)
+            self.state.leave_pass(info.outer, loop.index, pass_epoch)
+            self.complete(loop.index, info.outer, flow)
             return
-        next_epoch = self.state.new_epoch(loop.index, outer_epoch, pass_number + 1)
+        next_epoch = self.state.new_epoch(loop.index, info.outer, info.number + 1, pass_epoch)
+        if next_epoch < 0:
+            self._over_budget(loop, info.number)
+            return
         if not self.program.follows_graph:  # the next pass reads the loop node's value
             flow = self.state.latest([node.node_id])[node.node_id]
         self.start(loop.children[0], next_epoch, flow)
+
+    def _over_budget(self, loop: Block, passes: int) -> None:
+        """The run's pass budget is spent: it fails, naming the loop (no traceback)."""
+        node_id = loop.node.own_ids()[0]
+        detail = {
+            "node_id": node_id,
+            "worker_id": None,
+            "type": "PassBudgetExceeded",
+            "message": f"loop '{node_id}' would start pass {passes + 1}, past the run's "
+            "budget of loop passes (all loops together: SOMATIZE_RUN_MAX_PASSES, or "
+            "submit_plan(max_passes=...))",
+            "traceback": "",
+        }
+        self.state.settle_nodes(loop.node.own_ids(), FAILED)
+        if self.state.finish(FAILED, error=detail):
+            self.dispatcher.run_finished(FAILED, None)
 
     def _advance_carry(self, node: Loop) -> Expr | None:
         """The loop node takes ``carry_from``'s latest output, if it has one."""
@@ -385,5 +407,8 @@ def failure_detail(node_id: str, worker_id: str, error: BaseException) -> dict[s
         "worker_id": worker_id,
         "type": type(error).__name__,
         "message": str(error),
-        "traceback": "".join(traceback.format_exception(error)),
+        # A full disk is said in one line naming what to fix: no traceback to read.
+        "traceback": ""
+        if isinstance(error, DiskFullError)
+        else "".join(traceback.format_exception(error)),
     }

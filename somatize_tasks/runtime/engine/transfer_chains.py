@@ -20,7 +20,6 @@ unacknowledged). Without the ids such a block waited ``transfer_stall_s``.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,11 +123,13 @@ class TransferChain:
         return transfer
 
 
-def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str, **extra: Any) -> str:
-    """One line of a run's transfer log (status, timeline). ``kind`` is how the value
-    moved: ``peer`` (pulled from the worker holding it), ``s3``, ``direct`` (inline in
-    the message, Soma's word) or ``cached``; ``extra`` adds what explains it
-    (``fallback``: why a direct pull gave way to S3; ``seconds``: how long it took)."""
+def transfer_record(
+    ref: dict[str, Any], block: Block, worker: str, kind: str, at: float, **extra: Any
+) -> str:
+    """One line of a run's transfer log (status, timeline); ``at``: Redis' time. ``kind``
+    is how the value moved: ``peer`` (pulled from the worker holding it), ``s3``,
+    ``direct`` (inline in the message, Soma's word) or ``cached``; ``extra`` adds what
+    explains it (``fallback``: why a direct pull gave way to S3; ``seconds``: how long)."""
     return json.dumps(
         {
             "from_node": ref["node_id"],
@@ -137,7 +138,7 @@ def transfer_record(ref: dict[str, Any], block: Block, worker: str, kind: str, *
             "to_worker": worker,
             "transfer_type": kind,
             "bytes": ref.get("size", 0),
-            "at": time.time(),
+            "at": at,
             **extra,
         }
     )

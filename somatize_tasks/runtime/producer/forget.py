@@ -23,8 +23,8 @@ read them once it is forgotten: forget a fit run only when no run uses it.
 from __future__ import annotations
 
 import shutil
-import time
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.errors import RunStillRunningError
 from somatize_tasks.runtime.engine.context import RunContext
 from somatize_tasks.runtime.state.run_state import FINAL_STATES
@@ -50,7 +50,7 @@ def forget_run(context: RunContext, run_id: str) -> bool:
     pipe = client.pipeline(transaction=False)
     pipe.delete(*keys.run_keys(run_id))
     pipe.srem(keys.active_runs, run_id)
-    pipe.zadd(keys.runs, {run_id: time.time()})  # collected again a TTL from now
+    pipe.zadd(keys.runs, {run_id: redis_now(client)})  # collected again a TTL from now
     pipe.execute()
     context.store.delete_run(run_id)
     run_dir = key_part("run id", run_id)

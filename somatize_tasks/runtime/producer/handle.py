@@ -22,6 +22,7 @@ from somatize_tasks.config.settings import Settings, redacted_url
 from somatize_tasks.errors import (
     KilledWorkerError,
     NodeFailedError,
+    RunBudgetError,
     RunCancelledError,
     RunDeadlineError,
     RunEndedByReaperError,
@@ -46,6 +47,7 @@ T = TypeVar("T")
 #: The error a failed run's ``type`` raises in ``wait``; any other: NodeFailedError.
 ERRORS_BY_KIND: dict[str, type[NodeFailedError]] = {
     "KilledWorker": KilledWorkerError,
+    "PassBudgetExceeded": RunBudgetError,
     "RunDeadlineExceeded": RunDeadlineError,
     "RunStalled": RunEndedByReaperError,
     "WorkerLost": RunEndedByReaperError,

@@ -108,13 +108,15 @@ def run_local(
     states: Mapping[str, Any] | None = None,
     deadline_s: float | None = None,
     fuse: bool = True,
+    max_passes: int | None = None,
 ) -> LocalRunResult:
     """Run ``plan`` to the end in this process, with the same semantics as on workers.
 
     ``plan`` is anything ``submit_plan`` takes (JSON, a document, a plan built in Python).
     ``mode`` is ``"fit"`` (with labels ``y``) or ``"forward"`` (with ``states``,
     node id to state); by default a run with states forwards and one without fits.
-    ``deadline_s`` is checked between nodes (a node running here is not interrupted).
+    ``deadline_s`` is checked between nodes (a node running here is not interrupted);
+    ``max_passes`` bounds its loops' passes, all together, as on workers.
     ``fuse``: run consecutive Executes of a Sequence as one task, as a worker does.
     """
     started = time.time()
@@ -138,7 +140,7 @@ def run_local(
         fused=None if fuse else [],
     )
     input_expr = value_expr(input)
-    state = MemoryRunState(input_expr)
+    state = MemoryRunState(input_expr, max_passes or 0)
     work = _WorkList()
     engine = Engine(program, state, work)
     engine.begin(input_expr)

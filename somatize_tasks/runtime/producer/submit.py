@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -29,9 +28,11 @@ from scheduler import (
     schedule,
 )
 from scheduler.model.depth import check_value_depth
+from scheduler.placement.gc_pause import gc_paused
 from somatize_tasks.authoring.request import run_parts
 from somatize_tasks.catalog.entries import Catalog, default_catalog
-from somatize_tasks.config.connections import reaching_redis
+from somatize_tasks.config.clock import redis_now
+from somatize_tasks.config.connections import await_redis, reaching_redis
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NoWorkersError, PlanInputError
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
@@ -54,7 +55,7 @@ from somatize_tasks.runtime.producer.submit_trips import (
     reserve_checking_keys,
 )
 from somatize_tasks.runtime.recovery.elected import sweep_producer_cache
-from somatize_tasks.runtime.state.packing import pack
+from somatize_tasks.runtime.state.packing import distribution_json, pack_pieces
 from somatize_tasks.runtime.worker.leaf import STATE_PREFIX
 from somatize_tasks.workers.registry import Registry
 from somatize_tasks.workers.reservations import unlock
@@ -107,6 +108,7 @@ def submit_plan(
     fuse: bool | None = None,
     cache: str | None = None,
     seed: int | None = None,
+    max_passes: int | None = None,
 ) -> PlanRun:
     """Start ``plan`` on the live workers and return its handle at once.
 
@@ -125,7 +127,10 @@ def submit_plan(
     unfinished) if it has not ended this many seconds after submission.
     ``max_node_deaths``: a node whose worker died while running it this many
     times fails the run (``KilledWorkerError``); default
-    ``SOMATIZE_MAX_NODE_DEATHS``.
+    ``SOMATIZE_MAX_NODE_DEATHS``. ``max_passes``: the most loop passes the run
+    makes, all loops together (``RunBudgetError`` past it). Without their own,
+    runs get the deployment's ``SOMATIZE_RUN_DEADLINE_S`` and
+    ``SOMATIZE_RUN_MAX_PASSES``.
     ``fuse``: run consecutive same-worker Executes of a Sequence as one task
     (:mod:`~somatize_tasks.runtime.compile.fusion`); default ``SOMATIZE_FUSE_CHAINS``.
 
@@ -133,13 +138,16 @@ def submit_plan(
     worker shares (default ``SOMATIZE_CONTENT_CACHE``, on); ``seed``: the run's
     experiment seed, hashed into every cache key (each seed its own cache line).
     """
-    limits = RunLimits(deadline_s, max_node_deaths)
-    parts = run_parts(plan, params, ops, catalog)
-    params, ops = parts.params, parts.ops
-    if parts.states is not None and states_from is None and mode != "fit":
-        states_from = parts.states  # a Soma bundle runs forward with its own states
-    document = check_request(parts.document, predecessors, input, params, ops, catalog)
+    limits = RunLimits(deadline_s, max_node_deaths, max_passes)
+    with gc_paused():  # bulk allocations, no cycles: a wide plan parses twice as fast
+        parts = run_parts(plan, params, ops, catalog)
+        params, ops = parts.params, parts.ops
+        if parts.states is not None and states_from is None and mode != "fit":
+            states_from = parts.states  # a Soma bundle runs forward with its own states
+        document = check_request(parts.document, predecessors, input, params, ops, catalog)
     settings = settings or Settings.from_env()
+    limits = limits.with_defaults(settings.run_deadline_s, settings.run_max_passes)
+    await_redis(settings)  # a paused or absent Redis: one line, within the retry budget
     context = producer_context(settings)
     request = RunRequest(document, input, params, ops, limits=limits, seed=check_seed(seed))
     request.cache = cache_choice(cache, settings)
@@ -164,7 +172,8 @@ def submit_plan(
         if distribution.is_local:
             unlock()
             return _run_here(request, distribution, require_workers, catalog, context)
-        return _start(context, request, distribution)
+        with gc_paused():  # compiling and recording 200,000 blocks: no cycles either
+            return _start(context, request, distribution)
 
 
 def check_request(
@@ -306,12 +315,12 @@ def _start(
     context.remember(run_id, program)
     state = context.state(run_id)
     input_expr = _store_input(context, run_id, request.input)
-    created_at = time.time()
+    created_at = redis_now(context.redis)  # deadlines are judged on Redis' clock
     meta: dict[str | bytes, bytes | float | int | str] = {
         **request.limits.meta(created_at),
         "status": "running",
         "plan": plan.model_dump_json(),
-        "distribution": pack(distribution.model_dump_json()),
+        "distribution": pack_pieces(distribution_json(distribution)),
         "params": json.dumps(program.params),
         "ops": json.dumps(program.ops),
         "input": json.dumps(input_expr),
@@ -337,7 +346,7 @@ def _start(
     def record_run(pipe: Any) -> None:
         pipe.hset(state.meta, mapping=meta)
         pipe.expire(state.meta, context.settings.run_ttl_s)
-        pipe.zadd(context.keys.runs, {run_id: time.time()})
+        pipe.zadd(context.keys.runs, {run_id: created_at})
         pipe.sadd(context.keys.active_runs, run_id)
 
     dispatcher = CeleryDispatcher(context, run_id, program, state)
@@ -378,5 +387,7 @@ def _run_here(
         mode=request.mode,
         y=request.y,
         states=states if request.mode == "forward" else None,
+        deadline_s=request.limits.deadline_s,
+        max_passes=request.limits.max_passes,
     )
     return LocalPlanRun(result, distribution, len(request.plan.node_ids()))

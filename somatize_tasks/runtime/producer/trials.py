@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduler import DistributionPlan, ExecutionPlan, PlanDocument, load_plan, schedule_study
 from somatize_tasks.catalog.entries import default_catalog
-from somatize_tasks.config.connections import reaching_redis
+from somatize_tasks.config.connections import await_redis, reaching_redis
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import NoWorkersError
 from somatize_tasks.runtime.compile.inputs import check_run_inputs
@@ -43,6 +43,7 @@ def submit_study(
     for trial in trials:
         check_run_inputs(execution_plan, trial, ops, default_catalog, wire=True)
     settings = settings or Settings.from_env()
+    await_redis(settings)  # a paused or absent Redis: one line, within the retry budget
     context = producer_context(settings)
     study = place_trials(context, execution_plan, len(trials), differentiable_nodes)
     runs = []

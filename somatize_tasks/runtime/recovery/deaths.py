@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.lua import script
 from somatize_tasks.runtime.compile.blocks import Block
 from somatize_tasks.runtime.compile.program import Program
@@ -101,15 +101,20 @@ def fail_for_deaths(
 
 
 def stopped_by_time_limit(
-    node_id: str, status: dict[str, Any], block_nodes: int, hard_s: float | None
+    state: RedisRunState,
+    node_id: str,
+    status: dict[str, Any],
+    block_nodes: int,
+    hard_s: float | None,
 ) -> Failure | None:
     """A dead attempt that ran for (90 % of) its hard time limit was stopped by it,
     not killed by its node: the run's time limit error, else None. (The pool counts
-    the limit from before ``mark_running``; a fused chain gets it once per node.)"""
+    the limit from before ``mark_running``; a fused chain gets it once per node.)
+    The start was stamped on Redis' clock, and is judged on it (config.clock)."""
     if hard_s is None:
         return None
     limit_s = hard_s * block_nodes
-    return overdue(limit_s, {node_id: status}, time.time(), -0.1 * limit_s)
+    return overdue(limit_s, {node_id: status}, redis_now(state.client), -0.1 * limit_s)
 
 
 def restart_is_death(
@@ -124,7 +129,7 @@ def restart_is_death(
     """
     nodes = block.task_node_ids()
     status = json.loads(previous)
-    killed = stopped_by_time_limit(nodes[0], status, len(nodes), program.time_limits_s[1])
+    killed = stopped_by_time_limit(state, nodes[0], status, len(nodes), program.time_limits_s[1])
     if killed is not None:
         return killed
     deaths = record_deaths(state, [status])[int(status["block"])]

@@ -42,6 +42,7 @@ from typing import Any
 
 from redis import Redis
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import queue_name
 from somatize_tasks.workers.registry import Registry
 
@@ -72,7 +73,7 @@ class OrphanWatch:
 
     def orphaned(self, run_id: str, nodes: dict[str, dict[str, Any]], live: set[str]) -> list[str]:
         """The run's nodes orphaned on live workers (usually none, at no Redis cost)."""
-        suspects = self._candidates(nodes, live, time.time())
+        suspects = self._candidates(nodes, live, redis_now(self.client))  # stamps: Redis'
         noticed_before = {k: t for k, t in self._noticed.items() if k[0] == run_id}
         for key in noticed_before:
             self._noticed.pop(key)

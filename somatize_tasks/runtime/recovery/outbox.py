@@ -18,10 +18,10 @@ older message), and the first completion recorded wins.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.runtime.compile.program import Program
 from somatize_tasks.runtime.engine.engine import Engine
 from somatize_tasks.runtime.state.redis_state import RedisRunState
@@ -41,7 +41,7 @@ def unsent_blocks(
     """The blocks of old outbox entries still pending under the entry's task id (the
     others ran after all, or were dispatched again since: the outbox forgets them),
     with the run's program (``load``ed only when there are old entries)."""
-    before = time.time() - grace_s
+    before = redis_now(state.client) - grace_s  # entries are stamped on Redis' clock
     old = {k: e for k, e in state.unsent().items() if e["at"] < before}
     program = load() if old else None
     if program is None:
@@ -72,7 +72,7 @@ def stale_intents(
     and will record the follow-up itself (a redo could then race it). A dead
     worker's last report still names the task it died running: not asked.
     """
-    before = time.time() - grace_s
+    before = redis_now(state.client) - grace_s
     old = {key: entry for key, entry in state.intents().items() if entry["at"] < before}
     owners = {str(entry["w"]) for entry in old.values() if entry.get("w")} & live
     reports = held(owners) if owners else {}

@@ -51,13 +51,13 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Container, Iterable
 from typing import Any
 
 from redis import Redis
 
 from scheduler import WorkerInfo
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.errors import StrandedError
 from somatize_tasks.lua import script
 from somatize_tasks.runtime.compile.program import Program
@@ -201,8 +201,9 @@ class _Repair:
     def _failure(
         self, meta: dict[str, Any], nodes: checks.Nodes, hard_limit_s: float | None
     ) -> checks.Failure | None:
-        """The first rule that ends the run now, if any."""
-        now = time.time()
+        """The first rule that ends the run now, if any (judged on Redis' clock, which
+        every stamp it compares was written with: config.clock)."""
+        now = redis_now(self.redis)
         slack_s = 2 * self.settings.heartbeat_ttl_s
         deadline_at = float(meta["deadline_at"]) if meta["deadline_at"] else None
         if deadline_at is not None and now >= deadline_at:
@@ -224,7 +225,7 @@ class _Repair:
         """Stranded, orphaned and starved blocks go out again (module docstring, 1-3)."""
         stranded = checks.stranded(nodes, self.alive)
         orphaned = self.reaper.orphans.orphaned(self.run_id, nodes, set(self.live))
-        stall_before = time.time() - self.settings.transfer_stall_s
+        stall_before = redis_now(self.redis) - self.settings.transfer_stall_s
         hungry = checks.starved(self.state, nodes, self.alive, stall_before)
         starved = hungry.blocks
         if not stranded and not orphaned and not starved:
@@ -285,7 +286,7 @@ class _Repair:
         running = {nodes[n]["block"]: nodes[n] for n in lost if nodes[n].get("state") == "running"}
         for bid, status in running.items():
             names = [n for n, s in nodes.items() if s.get("block") == bid]
-            stopped = stopped_by_time_limit(names[0], status, len(names), hard_limit_s)
+            stopped = stopped_by_time_limit(self.state, names[0], status, len(names), hard_limit_s)
             if stopped is not None:
                 self._fail(stopped)
                 return True
@@ -345,13 +346,25 @@ class _Repair:
             self.context, self.run_id, program, self.state, unavailable=dead
         )
         again = Redispatcher(self.context, self.state, program, dispatcher, self.alive)
-        for bid, epoch in blocks:
-            again.redispatch(program.blocks[bid], epoch)
+        try:
+            for bid, epoch in blocks:
+                again.redispatch(program.blocks[bid], epoch)
+        except LookupError as exc:  # a value to recompute came from a forgotten loop pass
+            self._fail(
+                checks.Failure(
+                    None,
+                    ",".join(sorted(dead)) or None,
+                    f"{exc}: an input lived only on dead worker(s) and the loop pass that "
+                    "made it is no longer kept (a loop keeps its last two passes), so it "
+                    "cannot be computed again",
+                    "WorkerLost",
+                )
+            )
 
     def _fail_after_grace(self, message: str, dead: Iterable[str]) -> None:
         since = self.state.first_noticed(",".join(sorted(dead)))
         grace = self.settings.reroute_grace_s
-        if time.time() - since >= grace:
+        if redis_now(self.redis) - since >= grace:
             self._fail(
                 checks.Failure(
                     None,

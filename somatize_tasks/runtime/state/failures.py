@@ -26,6 +26,7 @@ from somatize_tasks.runtime.state.seal import Seal
 
 _NODE = "__somatize_node__"
 _STARTED = "__somatize_started__"
+_ENDED = "__somatize_ended__"
 _FINISHED = "__somatize_finished__"
 _OUTPUTS = "__somatize_outputs__"
 
@@ -36,10 +37,13 @@ def tag_failure(
     started: float,
     finished: dict[str, list[float]],
     outputs: dict[str, Expr],
+    ended: float | None = None,
 ) -> None:
-    """Record on ``exc`` that ``node_id`` raised it after ``finished`` had run."""
+    """Record on ``exc`` that ``node_id`` raised it after ``finished`` had run; ``ended``
+    (when it raised) on the clock ``started`` was read from (Redis' on a worker)."""
     setattr(exc, _NODE, node_id)
     setattr(exc, _STARTED, started)
+    setattr(exc, _ENDED, ended)
     setattr(exc, _FINISHED, dict(finished))
     setattr(exc, _OUTPUTS, {n: e for n, e in outputs.items() if n in finished})
 
@@ -64,7 +68,9 @@ def failure_of(exc: BaseException, nodes: list[str]) -> TaskFailure:
     done: dict[str, list[float]] = dict(getattr(exc, _FINISHED, {}) or {})
     outputs: dict[str, Any] = dict(getattr(exc, _OUTPUTS, {}) or {})
     after = [n for n in nodes if n != node and n not in done]
-    return TaskFailure(node, getattr(exc, _STARTED, None), time.time(), done, outputs, after)
+    ended = getattr(exc, _ENDED, None)
+    ended = time.time() if ended is None else ended
+    return TaskFailure(node, getattr(exc, _STARTED, None), ended, done, outputs, after)
 
 
 def failed_node(exc: BaseException) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.runtime.state.archive import FIELDS, log_lines
 from somatize_tasks.runtime.state.failures import failure_of
@@ -41,9 +42,10 @@ def history_key(keys: RedisKeys, run_id: str) -> str:
     return keys.run(run_id, "history")
 
 
-def start_line(worker_id: str, nodes: list[str], epoch: int) -> str:
-    """The ``running`` event of a block, written by the script that marks it running."""
-    return _lines(worker_id, [{"nodes": nodes, "state": "running", "epoch": epoch}])[0]
+def start_line(worker_id: str, nodes: list[str], epoch: int, now: float | None = None) -> str:
+    """The ``running`` event of a block, written by the script that marks it running
+    (``now``: Redis' time, :mod:`somatize_tasks.config.clock`)."""
+    return _lines(worker_id, [{"nodes": nodes, "state": "running", "epoch": epoch}], now)[0]
 
 
 def done_lines(
@@ -56,12 +58,13 @@ def done_lines(
 ) -> list[str]:
     """The ``done`` events of a block, written by the script that records its result:
     one per node with its own times when the task ran several (a fused chain). A node
-    served from the content cache says ``"cached": true``."""
-    if len(nodes) == 1 or not times:  # it ended now: the event's own time says when
+    served from the content cache says ``"cached": true``. ``ended_at`` is on the
+    clock ``times`` were measured with (Redis' on a worker)."""
+    if len(nodes) == 1 or not times:  # the event's own time says when it ended
         event: dict[str, Any] = {"nodes": nodes, "state": "done", "epoch": epoch}
         if nodes and all(n in cached for n in nodes):
             event["cached"] = True
-        return _lines(worker_id, [event])
+        return _lines(worker_id, [event], ended_at)
     events: list[dict[str, Any]] = []
     for n in nodes:
         event = {"nodes": [n], "state": "done", "epoch": epoch}
@@ -73,12 +76,13 @@ def done_lines(
         if n in cached:
             event["cached"] = True
         events.append(event)
-    return _lines(worker_id, events)
+    return _lines(worker_id, events, ended_at)
 
 
-def _lines(worker_id: str, events: list[dict[str, Any]]) -> list[str]:
-    """Compact JSON lines; ``epoch`` 0 (outside any loop) is left out, as readers assume."""
-    now = time.time()
+def _lines(worker_id: str, events: list[dict[str, Any]], now: float | None = None) -> list[str]:
+    """Compact JSON lines, stamped ``now`` (this machine's time if not given); ``epoch``
+    0 (outside any loop) is left out, as readers assume."""
+    now = time.time() if now is None else now
     return [
         json.dumps(
             {
@@ -103,16 +107,16 @@ class HistoryLog:
 
 
 def _push(log_to: HistoryLog, run_id: str, events: list[dict[str, Any]]) -> None:
-    lines = _lines(log_to.worker_id, events)
     key = history_key(log_to.keys, run_id)
     try:
+        lines = _lines(log_to.worker_id, events, redis_now(log_to.redis))
         pipe = log_to.redis.pipeline(transaction=False)
         pipe.rpush(key, *lines)
         pipe.ltrim(key, -MAX_EVENTS, -1)
         pipe.expire(key, log_to.ttl_s)
         pipe.execute()
     except RedisError as exc:
-        log.warning("run %s: %d history event(s) not recorded: %s", run_id, len(lines), exc)
+        log.warning("run %s: %d history event(s) not recorded: %s", run_id, len(events), exc)
 
 
 def record_failure(

@@ -18,13 +18,13 @@ its meta (:mod:`somatize_tasks.runtime.state.archive`; ``python -m bench.bench_s
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.config.keys import RedisKeys
 from somatize_tasks.lua import registered
 from somatize_tasks.runtime.compile.values import Expr
@@ -40,7 +40,7 @@ from somatize_tasks.runtime.state.run_state import (
     node_done,
 )
 from somatize_tasks.runtime.state.seal import Seal
-from somatize_tasks.runtime.state.start_state import StartState
+from somatize_tasks.runtime.state.start_state import PassState, StartState
 from somatize_tasks.runtime.state.starts import PendingStart, send_with_start
 from somatize_tasks.workers.reservations import reservation_keys
 
@@ -48,7 +48,7 @@ from somatize_tasks.workers.reservations import reservation_keys
 WARNING_PREFIX = "warn:"
 
 
-class RedisRunState(StartState, FailureState, OutboxState, RepairState):
+class RedisRunState(StartState, PassState, FailureState, OutboxState, RepairState):
     """One run's state in Redis; cheap to build per task."""
 
     def __init__(
@@ -249,17 +249,6 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             return None
         return self._slots(bid, epoch, found)
 
-    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
-        info = compact_json([loop_bid, outer_epoch, pass_number])
-        return int(self._new_epoch(keys=[self.results], args=[info, self.ttl_s]))
-
-    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
-        raw = self.client.hget(self.results, f"e:{epoch}")
-        if raw is None:
-            raise LookupError(f"run {self.run_id}: unknown loop pass {epoch}")
-        loop_bid, outer, number = json.loads(raw)
-        return int(loop_bid), int(outer), int(number)
-
     def mark_nodes(
         self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any
     ) -> None:
@@ -286,7 +275,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
     def settle_nodes(self, nodes: list[str], state: str) -> None:
         if not nodes:
             return
-        status = compact_json({"state": state, "ended_at": time.time()})
+        status = compact_json({"state": state, "ended_at": redis_now(self.client)})
         pipe = self.client.pipeline()
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, status))
         pipe.sadd(self.done, *nodes)
@@ -300,7 +289,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             field, value = "output", self.seal.close("output", output)
         elif error is not None:
             field, value = "error", compact_json(error)
-        args = [status, str(time.time()), field, value, self.ttl_s, self.run_id]
+        args = [status, str(redis_now(self.client)), field, value, self.ttl_s, self.run_id]
         keys = [
             self.active_runs,
             self.meta,
@@ -359,6 +348,7 @@ class RedisRunState(StartState, FailureState, OutboxState, RepairState):
             pipe.hset(self.results, f"p:{bid}:{epoch}", missing)
         if transfer_records:  # the TTL too: the run may have ended and folded the list
             pipe.rpush(self.transfers, *transfer_records)
+            pipe.ltrim(self.transfers, -MAX_EVENTS, -1)  # bounded like the history
             pipe.expire(self.transfers, self.ttl_s)
         pipe.hset(self.nodes, mapping=dict.fromkeys(nodes, compact_json(status)))
         pipe.expire(self.results, self.ttl_s)

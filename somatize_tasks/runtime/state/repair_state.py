@@ -9,11 +9,11 @@ on a node's hot path; every field lives in the run's working-state hash
 from __future__ import annotations
 
 import json
-import time
 
 from redis import Redis
 from redis.commands.core import Script
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.runtime.compile.values import Expr
 from somatize_tasks.runtime.state.outbox_state import compact_json
 from somatize_tasks.runtime.state.packing import pack
@@ -88,12 +88,12 @@ class RepairState:
 
     def first_noticed(self, what: str) -> float:
         """When a repair problem (``what``) was first noticed, for grace periods."""
-        field = f"g:{what}"
+        field, now = f"g:{what}", redis_now(self.client)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hsetnx(self.results, field, time.time())
+        pipe.hsetnx(self.results, field, now)
         pipe.expire(self.results, self.ttl_s)
         pipe.hget(self.results, field)
-        return float(pipe.execute()[2] or time.time())
+        return float(pipe.execute()[2] or now)
 
     def replace_distribution(self, distribution_json: str) -> None:
         """Store a new distribution and bump its version, so every process reloads it."""

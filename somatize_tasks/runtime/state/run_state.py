@@ -19,14 +19,29 @@ of a run that follows a predecessors graph, read the latest value.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from somatize_tasks.runtime.compile.values import Expr
 
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 SKIPPED = "skipped"
 FINAL_STATES = frozenset({DONE, FAILED, CANCELLED})
+
+
+class PassInfo(NamedTuple):
+    """One loop pass: its loop, the enclosing pass, its number, and the pass before it
+    (0 for the first, or for a pass recorded by a version that did not keep it)."""
+
+    loop: int
+    outer: int
+    number: int
+    previous: int
+
+
+#: A pass's blocks (``Program.pass_blocks``): (block, branches if a Parallel, is a loop).
+PassShape = list[tuple[int, int, bool]]
 
 
 @dataclass
@@ -131,10 +146,22 @@ class RunState(Protocol):
         """Add one branch result; all results (in branch order) once the last arrives."""
         ...
 
-    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int: ...
+    def new_epoch(
+        self, loop_bid: int, outer_epoch: int, pass_number: int, previous: int = 0
+    ) -> int:
+        """Number a new pass (``OVER_BUDGET``, -1, past the run's pass budget)."""
+        ...
 
-    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
-        """``(loop block, outer epoch, pass number)`` of a loop pass epoch."""
+    def epoch_info(self, epoch: int) -> PassInfo:
+        """The loop, outer epoch, pass number and previous pass of a loop pass epoch."""
+        ...
+
+    def leave_pass(self, outer_epoch: int, loop_bid: int, last_epoch: int) -> None:
+        """A loop's last pass, to be forgotten with its enclosing pass."""
+        ...
+
+    def forget_pass(self, epoch: int, loop_bid: int, shape_of: Callable[[int], PassShape]) -> int:
+        """Drop what a finished pass kept (and loops nested in it): runtime.state.start_state."""
         ...
 
     def mark_nodes(
@@ -179,7 +206,7 @@ class RunState(Protocol):
 class MemoryRunState:
     """:class:`RunState` in a process's memory, for local runs."""
 
-    def __init__(self, input_expr: Expr) -> None:
+    def __init__(self, input_expr: Expr, max_passes: int = 0) -> None:
         self.status = RUNNING
         self.input = input_expr
         self.output: Expr | None = None
@@ -191,9 +218,12 @@ class MemoryRunState:
         self.inputs: dict[tuple[int, int], Expr] = {}
         self.joins: dict[tuple[int, int], list[Expr | None]] = {}
         self.waiting: dict[tuple[int, int], int] = {}
-        self.epochs: dict[int, tuple[int, int, int]] = {}
+        self.epochs: dict[int, PassInfo] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.warnings: dict[str, str] = {}
+        #: Passes numbered so far, and the most allowed (0: no budget).
+        self.passes = 0
+        self.max_passes = max_passes
 
     def is_active(self) -> bool:
         return self.status == RUNNING
@@ -263,13 +293,42 @@ class MemoryRunState:
     def follow_up_done(self) -> None:
         """Nothing to clear: a local run has no other process to redo a follow-up."""
 
-    def new_epoch(self, loop_bid: int, outer_epoch: int, pass_number: int) -> int:
-        epoch = len(self.epochs) + 1
-        self.epochs[epoch] = (loop_bid, outer_epoch, pass_number)
-        return epoch
+    def new_epoch(
+        self, loop_bid: int, outer_epoch: int, pass_number: int, previous: int = 0
+    ) -> int:
+        self.passes += 1
+        if self.max_passes and self.passes > self.max_passes:
+            return -1
+        self.epochs[self.passes] = PassInfo(loop_bid, outer_epoch, pass_number, previous)
+        return self.passes
 
-    def epoch_info(self, epoch: int) -> tuple[int, int, int]:
+    def epoch_info(self, epoch: int) -> PassInfo:
         return self.epochs[epoch]
+
+    def leave_pass(self, outer_epoch: int, loop_bid: int, last_epoch: int) -> None:
+        """Nothing to do: :meth:`forget_pass` finds nested passes by their outer pass."""
+
+    def forget_pass(self, epoch: int, loop_bid: int, shape_of: Callable[[int], PassShape]) -> int:
+        """Drop every (block, pass) entry of ``epoch`` and of the passes nested in it."""
+        doomed, todo = set(), [epoch]
+        while todo:
+            current = todo.pop()
+            doomed.add(current)
+            todo += [e for e, info in self.epochs.items() if info.outer == current]
+        gone = 0
+        tables: list[dict[tuple[int, int], Any]] = [
+            self.leaves,
+            self.inputs,
+            self.joins,
+            self.waiting,
+        ]
+        for table in tables:
+            for key in [k for k in table if k[1] in doomed]:
+                del table[key]
+                gone += 1
+        for pass_epoch in doomed:
+            self.epochs.pop(pass_epoch, None)
+        return gone
 
     def mark_nodes(
         self, nodes: list[str], state: str, worker_id: str, epoch: int, **extra: Any

@@ -43,9 +43,14 @@ def state_keys(message_keys: list[bytes]) -> list[bytes]:
     ]
 
 
+#: One encoder for every compact text: ``json.dumps`` with ``separators`` builds a new
+#: encoder per call, a fifth of the cost of a wide fan-out's records.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def compact(value: Any) -> str:
     """JSON without spaces: what every field of a run's state holds."""
-    return json.dumps(value, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 class Seal:
@@ -61,7 +66,10 @@ class Seal:
 
     def close(self, where: str, expr: dict[str, Any]) -> str:
         """The stored text of ``expr`` at ``where``: its JSON with its MAC added."""
-        text = compact(expr)
+        return self.close_text(where, compact(expr))
+
+    def close_text(self, where: str, text: str) -> str:
+        """:meth:`close` of an expression already in its compact JSON (``text``)."""
         if not self.keys or not text.endswith("}"):
             return text
         joint = "," if len(text) > 2 else ""

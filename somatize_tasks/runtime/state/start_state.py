@@ -5,21 +5,48 @@ fencing token), whether an attempt is still current, and transfers arriving
 Kept apart from :mod:`~somatize_tasks.runtime.state.redis_state` so each half reads
 in one sitting; every method here is one round trip (a Lua script), and a batch's
 next start can ride on the record before it (:mod:`.starts`).
+
+Loop passes start here too (:class:`PassState`), and end. Every pass of a loop is an
+epoch of its own (``e:<epoch>`` in the run's ``results`` hash: the loop, its
+enclosing pass, its number and the pass before it), and every block that runs in it
+keeps working fields under that epoch: its record (``b:``), attempts (``a:``), saved
+input (``i:``), pending and arrived transfers (``p:``, ``t:``), recomputations
+(``rn:``, ``rw:``, ``rc:``) and a Parallel's join (``jn:``, ``jt:``, ``j:``). Kept
+for ever, a loop with a huge cap grew by a set of them per pass (49,618 fields after
+60 s, Redis memory rising linearly).
+
+What later nodes or the carry still read lives elsewhere: outputs in ``latest``
+(one per node), loop signals by node, the carry in the loop node's latest value.
+So when pass k of a loop ends, pass k-1 is forgotten (:meth:`PassState.forget_pass`),
+with the passes of loops nested in it. One pass is kept as slack: by the time
+pass k ends, the follow-up of pass k-1's last completion (a new pass, the next
+dispatch) was recorded with its completion intent cleared, so no redo needs
+pass k-1, and a recomputation of pass k's blocks (their inputs lost with a dead
+worker) still finds pass k's saved inputs. A loop's last pass is left to its
+enclosing pass (``z:<outer epoch>:<loop>``), forgotten with it; a top-level
+loop's last pass goes when the run ends. A recomputation that would need a
+forgotten pass fails its run, saying so (``runtime.recovery.recompute``).
+
+The budget: ``SOMATIZE_RUN_MAX_PASSES`` (or ``submit_plan(max_passes=...)``), kept
+in the run's meta as ``max_passes``, bounds the passes of all loops of a run
+together; ``new_epoch.lua`` refuses the pass past it and the run fails naming the
+loop (:data:`OVER_BUDGET`).
 """
 
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Callable
 from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import WatchError
 
+from somatize_tasks.config.clock import redis_now
 from somatize_tasks.runtime.state.history import MAX_EVENTS
 from somatize_tasks.runtime.state.outbox_state import compact_json
-from somatize_tasks.runtime.state.run_state import RUNNING
+from somatize_tasks.runtime.state.run_state import RUNNING, PassInfo, PassShape
 from somatize_tasks.runtime.state.starts import PendingStart
 from somatize_tasks.workers.reservations import reservation_field
 
@@ -101,7 +128,7 @@ class StartState:
                 "worker": worker_id,
                 "block": bid,
                 "epoch": epoch,
-                "started_at": time.time(),
+                "started_at": redis_now(self.client),  # one clock: deaths, limits
                 "task_id": task_id,
             }
         )
@@ -182,3 +209,81 @@ class StartState:
                 except WatchError:
                     continue
         return False
+
+
+#: What ``new_epoch`` answers for a pass past the run's budget.
+OVER_BUDGET = -1
+#: Fields every block keeps per pass (each ``<kind>:<block>:<epoch>``).
+PER_BLOCK = ("b", "a", "i", "p", "rn", "rw", "rc")
+#: Fields deleted in one ``HDEL`` at most.
+HDEL_BATCH = 1000
+
+
+def pass_fields(epoch: int, shape: PassShape) -> list[str]:
+    """The working fields the blocks of ``shape`` may hold in pass ``epoch``."""
+    fields = [f"e:{epoch}"]
+    for bid, branches, _ in shape:
+        fields += [f"{kind}:{bid}:{epoch}" for kind in PER_BLOCK]
+        if branches:
+            fields += [f"jn:{bid}:{epoch}", f"jt:{bid}:{epoch}"]
+            fields += [f"j:{bid}:{epoch}:{i}" for i in range(branches)]
+    return fields
+
+
+class PassState:
+    """Mixed into :class:`~somatize_tasks.runtime.state.redis_state.RedisRunState`."""
+
+    client: Redis[bytes]
+    run_id: str
+    ttl_s: int
+    meta: str
+    results: str
+    _new_epoch: Script
+
+    def new_epoch(
+        self, loop_bid: int, outer_epoch: int, pass_number: int, previous: int = 0
+    ) -> int:
+        """Number a new pass (:data:`OVER_BUDGET` past the run's pass budget)."""
+        info = compact_json([loop_bid, outer_epoch, pass_number, previous])
+        return int(self._new_epoch(keys=[self.results, self.meta], args=[info, self.ttl_s]))
+
+    def epoch_info(self, epoch: int) -> PassInfo:
+        raw = self.client.hget(self.results, f"e:{epoch}")
+        if raw is None:
+            raise LookupError(f"run {self.run_id}: unknown loop pass {epoch}")
+        loop_bid, outer, number, *rest = json.loads(raw)
+        return PassInfo(int(loop_bid), int(outer), int(number), int(rest[0]) if rest else 0)
+
+    def leave_pass(self, outer_epoch: int, loop_bid: int, last_epoch: int) -> None:
+        """A loop ended with pass ``last_epoch``: forget it with its enclosing pass."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.results, f"z:{outer_epoch}:{loop_bid}", last_epoch)
+        pipe.expire(self.results, self.ttl_s)
+        pipe.execute()
+
+    def forget_pass(self, epoch: int, loop_bid: int, shape_of: Callable[[int], PassShape]) -> int:
+        """Delete pass ``epoch`` of loop ``loop_bid`` and the passes of loops nested in
+        it; how many fields went. ``shape_of(loop)`` gives a loop's pass blocks."""
+        doomed: list[str] = []
+        todo = [(epoch, loop_bid)]
+        while todo:
+            current, loop = todo.pop()
+            shape = shape_of(loop)
+            doomed += pass_fields(current, shape)
+            nested = [bid for bid, _, is_loop in shape if is_loop]
+            waited = [bid for bid, _, is_loop in shape if not is_loop]
+            asked = [f"z:{current}:{n}" for n in nested] + [f"p:{b}:{current}" for b in waited]
+            answers = self.client.hmget(self.results, asked) if asked else []
+            for name, value in zip(asked, answers, strict=True):
+                if value is None:
+                    continue
+                kind, first, second = name.split(":")
+                if kind == "z":  # z:<this pass>:<nested loop> -> that loop's last pass
+                    doomed.append(name)
+                    todo.append((int(value), int(second)))
+                else:  # p:<block>:<this pass>: it waited for transfers, whose markers go too
+                    found = self.client.hscan_iter(self.results, match=f"t:{first}:{current}:*")
+                    doomed += [field.decode() for field, _ in found]
+        for start in range(0, len(doomed), HDEL_BATCH):
+            self.client.hdel(self.results, *doomed[start : start + HDEL_BATCH])
+        return len(doomed)

@@ -84,6 +84,7 @@ def run_block(
     attempt: int = 0,
     cache: ContentCache | None = None,
     reporter: Reporter | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> LeafResult:
     """Run the block's nodes on its input; store each output; report the result.
 
@@ -93,9 +94,11 @@ def run_block(
     is on, each node is looked up first (:mod:`somatize_tasks.runtime.worker.memo`);
     a hit runs none of its code. While a node's code runs,
     :mod:`somatize_tasks.catalog.trial` tells it its run, seed and study trial, and
-    ``reporter`` takes its ``report(...)`` calls."""
-    started = time.time()
-    run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt)
+    ``reporter`` takes its ``report(...)`` calls. ``clock`` stamps when nodes start and
+    end: on a worker, Redis' (:mod:`somatize_tasks.config.clock`), which the reaper
+    judges time limits with."""
+    started = clock()
+    run = _BlockRun(program, block, run_id, epoch, input_expr, store, attempt, clock)
     if cache is not None and program.cache and not isinstance(block.node, Step):
         run.memo = BlockMemo(cache, program, run_id, run.fetch)
     nodes = block.task_node_ids()
@@ -109,7 +112,7 @@ def run_block(
     # A Stream or Composite needs all its nodes at once; a chain binds each node when
     # its turn comes, so an unknown node fails as itself, after the nodes before it ran.
     together = isinstance(node, Stream) or type(node) is Composite
-    bound = {n: _bound_or_tagged(bind, n) for n in nodes} if together else {}
+    bound = {n: _bound_or_tagged(bind, n, clock) for n in nodes} if together else {}
 
     def context(node_id: str) -> NodeContext:
         return NodeContext(run_id, node_id, program.seed, program.trial, reporter)
@@ -121,12 +124,12 @@ def run_block(
         with running(context(nodes[0])):
             fitted = type(node) is Composite and run.fit_composite(nodes, bound)
         for node_id in [] if fitted else nodes:
-            began = time.time()
+            began = clock()
             try:
                 with running(context(node_id)):
                     run.node(node_id, bound.get(node_id) or bind(node_id))
             except Exception as exc:
-                tag_failure(exc, node_id, began, run.times, run.outputs)
+                tag_failure(exc, node_id, began, run.times, run.outputs, clock())
                 raise
     last = nodes[-1]
     if isinstance(node, Branch):
@@ -148,17 +151,19 @@ def run_block(
     result.states = run.states
     result.signals = _signals(program, run)
     result.output = run.outputs[last]
-    result.ended_at = time.time()
+    result.ended_at = clock()
     return result
 
 
-def _bound_or_tagged(bind: Callable[[str], BoundNode], node_id: str) -> BoundNode:
+def _bound_or_tagged(
+    bind: Callable[[str], BoundNode], node_id: str, clock: Callable[[], float] = time.time
+) -> BoundNode:
     """``bind(node_id)``; a failure is tagged as the node's own (nothing else ran)."""
-    began = time.time()
+    began = clock()
     try:
         return bind(node_id)
     except Exception as exc:
-        tag_failure(exc, node_id, began, {}, {})
+        tag_failure(exc, node_id, began, {}, {}, clock())
         raise
 
 
@@ -186,8 +191,10 @@ class _BlockRun:
         input_expr: Expr,
         store: ValueStore,
         attempt: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.program = program
+        self.clock = clock
         self.run_id, self.epoch, self.attempt = run_id, epoch, attempt
         self.store = store
         self.input_expr = input_expr
@@ -242,7 +249,7 @@ class _BlockRun:
     def node(self, node_id: str, bound: BoundNode) -> None:
         """Soma's ``run_node``: fit if a fit asks it (its state looked up first), then the
         output looked up, else computed; each kept in the cache when it is on."""
-        started = time.time()
+        started = self.clock()
         keys = None if self.memo is None else self.memo.keys(node_id, bound, self.input_of(node_id))
         ran = False
         if self.program.mode == FIT and bound.trainable:
@@ -254,14 +261,14 @@ class _BlockRun:
         if keys is not None and state_hash is not None and bound.entry.deterministic:
             out_key = keys.memo.output_key(keys.config, state_hash, keys.input)
             if self._take_hit(node_id, out_key, served=not ran):
-                self.times[node_id] = [started, time.time()]
+                self.times[node_id] = [started, self.clock()]
                 return
         computing = time.time()
         output = bound.forward(self._input_value(node_id), state)
         self.raw[node_id] = output
         if not isinstance(output, Handoff):
             self.keep(node_id, self.store_output(node_id, output, out_key, time.time() - computing))
-        self.times[node_id] = [started, time.time()]
+        self.times[node_id] = [started, self.clock()]
 
     def _fit(
         self, node_id: str, bound: BoundNode, keys: NodeKeys | None
@@ -307,18 +314,18 @@ class _BlockRun:
                 f"stream '{nodes[0]}' cannot run in a fit (as in Soma): fit the plan "
                 "without the stream first, then run it forward with those states"
             )
-        last, started = nodes[-1], time.time()
+        last, started = nodes[-1], self.clock()
         key = None
         if self.memo is not None:
             key = self.memo.stream_key(nodes, bound, self.input_of(nodes[0]), chunk_size)
         if key is not None and self._take_hit(last, key, served=True):
             self.cached += nodes[:-1]  # the whole stream was served
-            self.times[last] = [started, time.time()]
+            self.times[last] = [started, self.clock()]
             return
         chain = [(n, bound[n]) for n in nodes]
         output = run_stream(chain, self._input_value(nodes[0]), chunk_size, self.stream_state)
         self.raw[last] = output
-        self.keep(last, self.store_output(last, output, key, time.time() - started))
+        self.keep(last, self.store_output(last, output, key, self.clock() - started))
 
     def fit_composite(self, nodes: list[str], bound: dict[str, BoundNode]) -> bool:
         """Fit the block at once through its first filter's ``composite_fit``, as Soma

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from celery import Task, shared_task
 
 from somatize_tasks.catalog.entries import default_catalog
+from somatize_tasks.config.clock import redis_clock, redis_now
 from somatize_tasks.config.keys import (
     INPUT_READY_TASK,
     NODE_BATCH_TASK,
@@ -107,7 +108,7 @@ def execute_block(
             bid,
             epoch,
             task_id,
-            history.start_line(context.worker_id, nodes, epoch),
+            history.start_line(context.worker_id, nodes, epoch, redis_now(context.redis)),
             release_slot=True,
         )
     version = started.version
@@ -140,6 +141,7 @@ def execute_block(
             attempt=attempt,
             cache=context.content_cache if engine.program.cache else None,
             reporter=reporter_for(context, engine.program.trial, run_id),
+            clock=redis_clock(context.redis).now,  # one clock for every machine
         )
     except Exception as exc:
         if not state.is_current(nodes[0], epoch, attempt):
@@ -162,7 +164,7 @@ def execute_block(
             ahead[0],
             ahead[1],
             task_id,
-            history.start_line(context.worker_id, next_nodes, ahead[1]),
+            history.start_line(context.worker_id, next_nodes, ahead[1], redis_now(context.redis)),
             release_slot=True,
         )
     if not engine.leaf_done(bid, epoch, result):
@@ -248,7 +250,7 @@ def _start_reading(
         bid,
         epoch,
         task_id,
-        history.start_line(context.worker_id, nodes, epoch),
+        history.start_line(context.worker_id, nodes, epoch, redis_now(context.redis)),
         release_slot=True,
     )
     context.program(run_id, start=start)
@@ -363,7 +365,9 @@ def arrive(
     engine, dispatcher = found
     state = dispatcher.state
     target = engine.program.blocks[block]
-    record = transfer_record(ref, target, context.worker_id, kind, **(extra or {}))
+    record = transfer_record(
+        ref, target, context.worker_id, kind, redis_now(context.redis), **(extra or {})
+    )
     ref_key = f"{ref['node_id']}#{ref.get('iteration', 0)}"
     version = state.transfer_arrived(
         target.task_node_ids()[0], task_id, block, epoch, ref_key, record, arrival_id

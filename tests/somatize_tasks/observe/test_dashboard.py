@@ -16,11 +16,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from redis import Redis
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
@@ -54,13 +56,15 @@ def _env(settings: Settings) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, log_path: Path, *args: str) -> Iterator[str]:
+def serving(
+    settings: Settings, log_path: Path, *args: str, extra_env: dict[str, str] | None = None
+) -> Iterator[str]:
     port = free_port()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "somatize_tasks", "dashboard", "--port", str(port), *args],
             cwd=REPO,
-            env=_env(settings),
+            env={**_env(settings), **(extra_env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -196,45 +200,59 @@ def test_a_run_appears_its_bars_grow_and_a_failure_shows_red_with_its_message(
     assert message in _js(browser, "return document.querySelector('#run-error').textContent")
     failed_row = f'#runs tr[data-run="{failing.id}"]'
     assert message in _js(browser, f"return document.querySelector('{failed_row}').textContent")
+    # The worker's traceback stays out of what the page gets (the API behind it too).
+    for path in (f"/api/runs/{failing.id}", "/api/runs"):
+        status, body = _fetch(dashboard + path)
+        assert status == 200 and message in body, body
+        assert "Traceback" not in body and "traceback" not in body, body[:2000]
+    assert "Traceback" not in _js(browser, "return document.body.innerText")
     assert not _js(browser, "return [...document.scripts].filter(s => s.src).length")  # no CDN
 
 
-def _get(url: str, auth: tuple[str, str] | None = None) -> int:
+def _fetch(
+    url: str, auth: tuple[str, str] | None = None, host: str | None = None
+) -> tuple[int, str]:
     request = urllib.request.Request(url)
     if auth:
         token = base64.b64encode(":".join(auth).encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+    if host:
+        request.add_header("Host", host)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
-            return int(response.status)
+            return int(response.status), response.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.code, exc.read().decode(errors="replace")
 
 
-def test_bound_wider_it_needs_credentials_and_then_checks_them(
-    settings: Settings, tmp_path: Path
-) -> None:
+def _get(url: str, auth: tuple[str, str] | None = None, host: str | None = None) -> int:
+    return _fetch(url, auth, host)[0]
+
+
+def _refused(settings: Settings, *args: str, env: dict[str, str] | None = None) -> str:
+    """The one line the command fails with (asserted to be one, and an error)."""
     refused = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "somatize_tasks",
-            "dashboard",
-            "--address",
-            "0.0.0.0",
-            "--port",
-            str(free_port()),
-        ],
+        [sys.executable, "-m", "somatize_tasks", "dashboard", "--port", str(free_port()), *args],
         cwd=REPO,
-        env=_env(settings),
+        env={**_env(settings), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
-    assert refused.stderr.startswith("Error: ") and "--basic-auth" in refused.stderr
-    with serving(settings, tmp_path / "auth.log", "--basic-auth", "admin:s3cret") as url:
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("Error: "), refused.stderr
+    return refused.stderr
+
+
+def test_bound_wider_it_needs_credentials_and_then_checks_them(
+    settings: Settings, tmp_path: Path
+) -> None:
+    refused = _refused(settings, "--address", "0.0.0.0")
+    assert "SOMATIZE_DASHBOARD_AUTH" in refused and "--basic-auth-file" in refused
+    with serving(
+        settings, tmp_path / "auth.log", extra_env={"SOMATIZE_DASHBOARD_AUTH": "admin:s3cret"}
+    ) as url:
         assert _get(url + "/api/runs") == 401
         assert _get(url + "/api/runs", ("admin", "wrong")) == 401
         assert _get(url + "/api/runs", ("admin", "s3cret")) == 200
@@ -266,3 +284,58 @@ def test_with_redis_down_the_page_says_so_and_the_log_holds_no_traceback(
     # one at start, one noted by the server for the first failed request: not one a request
     assert len(lines) == 2, log
     assert lines[0].endswith("the page says so until it answers"), lines
+
+
+def test_the_password_is_never_taken_from_the_command_line(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``ps`` shows every process's arguments: the old way is refused with one line
+    saying where the password goes; a file works."""
+    refused = _refused(settings, "--address", "0.0.0.0", "--basic-auth", "admin:s3cret")
+    assert "ps" in refused and "SOMATIZE_DASHBOARD_AUTH" in refused and "s3cret" not in refused
+    secret = tmp_path / "dashboard.auth"
+    secret.write_text("admin:fr0m-a-file\n")
+    with serving(
+        settings, tmp_path / "file.log", "--address", "127.0.0.1", "--basic-auth-file", str(secret)
+    ) as url:
+        assert _get(url + "/api/runs") == 401
+        assert _get(url + "/api/runs", ("admin", "fr0m-a-file")) == 200
+    assert "fr0m-a-file" not in (tmp_path / "file.log").read_text()
+    empty = tmp_path / "empty.auth"
+    empty.write_text("")
+    assert "is empty" in _refused(settings, "--basic-auth-file", str(empty))
+
+
+def test_a_request_for_another_host_name_is_refused(
+    dashboard: str, settings: Settings, tmp_path: Path
+) -> None:
+    """DNS rebinding: a page on evil.example that resolves to this machine sends
+    ``Host: evil.example``; only names (and addresses) the dashboard serves pass."""
+    port = dashboard.rsplit(":", 1)[1]
+    assert _get(dashboard + "/api/runs", host="evil.example") == 400
+    assert _get(dashboard + "/", host=f"evil.example:{port}") == 400
+    assert _get(dashboard + "/api/workers", host=f"attacker.localhost.evil:{port}") == 400
+    for good in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+        assert _get(dashboard + "/api/runs", host=good) == 200, good
+    with serving(settings, tmp_path / "named.log", "--host", "dash.lab.example") as url:
+        assert _get(url + "/api/runs", host="dash.lab.example") == 200
+        assert _get(url + "/api/runs", host="evil.example") == 400
+
+
+def test_an_error_page_shows_no_traceback(dashboard: str, settings: Settings) -> None:
+    """A run whose record is malformed (a node status that is not an object) makes
+    the handler raise: the page says 500 and nothing of the code behind it."""
+    client = Redis.from_url(settings.redis_url)
+    run_id = f"broken{uuid.uuid4().hex[:8]}"
+    meta = f"{settings.key_prefix}:run:{run_id}"
+    empty = '{"assignments": [], "phases": [], "data_transfers": [], "warnings": []}'
+    client.hset(
+        meta, mapping={"status": "running", "distribution": empty, "node_count": 1, "created_at": 0}
+    )
+    client.hset(f"{meta}:nodes", "n1", "[1]")
+    try:
+        status, body = _fetch(f"{dashboard}/api/runs/{run_id}")
+        assert status == 500, body
+        assert "Traceback" not in body and "File " not in body and ".py" not in body, body
+    finally:
+        client.delete(meta, f"{meta}:nodes")

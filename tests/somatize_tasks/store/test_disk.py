@@ -24,6 +24,7 @@ from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import DiskFullError, NodeFailedError, StatesError
 from somatize_tasks.runtime.producer.fitted_states import write_bundle
 from somatize_tasks.runtime.producer.submit import submit_plan
+from somatize_tasks.store.ram import RamTier
 from testkit.services import S3Endpoint
 from testkit.workers import WorkerFactory
 
@@ -53,36 +54,101 @@ def _files(root: Path) -> list[str]:
     return [name for _, _, files in os.walk(root) for name in files]
 
 
-def test_a_full_disk_fails_the_node_naming_node_worker_and_path(
+@pytest.mark.parametrize(
+    ("node_id", "params"),
+    [("rt_make", {"n": 400_000}), ("rt_array", {"mb": 3})],
+    ids=["json", "numpy"],  # NumPy's short write carries no errno: caught all the same
+)
+def test_a_full_disk_fails_the_node_naming_node_worker_tier_and_path(
     tiny_disk: Path,
     settings: Settings,
     tmp_path_factory: pytest.TempPathFactory,
     two_workers: Any,
+    node_id: str,
+    params: dict[str, Any],
 ) -> None:
-    cache = tiny_disk / "worker-cache"
+    cache = tiny_disk / f"worker-cache-{node_id}"
     small = settings.model_copy(update={"cache_dir": cache})
     factory = WorkerFactory(small, tmp_path_factory.mktemp("disk-logs"))
     try:
-        worker = factory.start("tinydisk", tags="tinydisk")
+        worker = factory.start(f"tinydisk{node_id[-1]}", tags="tinydisk")
         plan = {
             "Remote": {
                 "node_id": "r",
                 "target": {"Tag": "tinydisk"},
-                "plan": {"Execute": {"node_id": "rt_make"}},
+                "plan": {"Execute": {"node_id": node_id}},
             }
         }
-        run = submit_plan(
-            plan, params={"rt_make": {"n": 400_000}}, settings=settings, require_workers=True
-        )
+        run = submit_plan(plan, params={node_id: params}, settings=settings, require_workers=True)
         with pytest.raises(NodeFailedError) as failed:
             run.wait(timeout=60)
-        message = str(failed.value).split("\n\nRemote traceback")[0]
+        message = str(failed.value)
+        assert "Remote traceback" not in message and "\n" not in message, message
         assert "DiskFullError: no space left on device" in message
-        assert "node 'rt_make'" in message and f"worker '{worker.worker_id}'" in message
-        assert str(cache) in message
+        assert f"node '{node_id}'" in message and f"worker '{worker.worker_id}'" in message
+        assert f"to the cache at {cache}" in message and "SOMATIZE_CACHE_DIR" in message
         assert _files(cache) == []  # the partial file went with the failure
     finally:
         factory.close()
+
+
+def test_a_final_output_larger_than_the_store_names_the_store(
+    tiny_disk: Path, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A shared directory (one machine) on a small disk, the caches elsewhere: the
+    run's output is written there as it is made, and does not fit."""
+    root = tmp_path_factory.mktemp("roomy")
+    local = settings.model_copy(
+        update={
+            "key_prefix": f"{settings.key_prefix}-fullstore",
+            "store_kind": "local",
+            "store_dir": tiny_disk / "store",
+            "cache_dir": root / "cache",
+            "ram_max_bytes": 0,
+        }
+    )
+    factory = WorkerFactory(local, root)
+    try:
+        worker = factory.start("fullstore", tags="fullstore")
+        plan = {
+            "Remote": {
+                "node_id": "rt_array",
+                "target": {"Tag": "fullstore"},
+                "plan": {"Execute": {"node_id": "rt_array"}},
+            }
+        }
+        run = submit_plan(
+            plan, params={"rt_array": {"mb": 3}}, settings=local, require_workers=True
+        )
+        with pytest.raises(NodeFailedError) as failed:
+            run.wait(timeout=60)
+        message = str(failed.value)
+        assert "Remote traceback" not in message, message
+        assert "no space left on device" in message and f"worker '{worker.worker_id}'" in message
+        assert f"to the shared directory (the store) at {tiny_disk / 'store'}" in message, message
+        assert "SOMATIZE_STORE_DIR" in message
+        assert [n for n in _files(tiny_disk / "store") if n.endswith(".tmp")] == []
+    finally:
+        factory.close()
+
+
+def test_a_full_ram_directory_sends_the_value_to_the_cache(tmp_path: Path) -> None:
+    """NumPy's short write into a full tmpfs (no errno) is "full", like ENOSPC: the
+    RAM tier gives the value up (nothing left behind) and the cache takes it."""
+    tier = RamTier(tmp_path / "ram", 1 << 30)
+
+    def short_write(fh: Any) -> None:
+        fh.write(b"x" * 1000)
+        raise OSError("524288 requested and 523248 written")
+
+    assert tier.write("run/node/0", 1000, short_write) is None
+    assert _files(tmp_path / "ram") == []
+
+    def refused(fh: Any) -> None:
+        raise PermissionError("Permission denied")
+
+    with pytest.raises(PermissionError):  # any other error is not "full": it is raised
+        tier.write("run/node/1", 10, refused)
 
 
 def test_a_download_to_a_full_disk_fails_the_run_and_leaves_no_partial_file(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from somatize_tasks.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from somatize_tasks.store import ArtifactRef, ArtifactStore, S3Store, artifact_key
+from somatize_tasks.store import ArtifactRef, ArtifactStore, S3Store, artifact_key, shared
 from somatize_tasks.store.shared import transient_error
 from testkit.services import S3Endpoint, free_port
 
@@ -235,3 +236,17 @@ def test_an_s3_hiccup_is_retried_and_a_refusal_is_not() -> None:
     assert not transient_error(client_error("AccessDenied"))
     assert not transient_error(wrapped("NoSuchBucket"))
     assert not transient_error(S3UploadFailedError("no context"))
+
+
+def test_stale_uploads_are_judged_on_the_s3_servers_clock(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reaper host two hours ahead must not abort uploads S3 began a moment ago:
+    "now" is the reply's ``Date`` (moto stamps every upload in 2010, so the ages
+    themselves cannot be tried here)."""
+    store = S3Store(settings)
+    reply = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix="none/")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 7200)
+    assert abs(shared._server_now(reply) - real()) < 60
+    assert shared._server_now({}) > real() + 7000  # no Date: this machine's clock

@@ -43,10 +43,13 @@ def test_a_run_that_ends_while_publishing_stops_its_publishing(
     run_id = next(iter(new)).decode()
     assert PlanRun.attach(run_id, settings).cancel()  # the run ends while it is published
     producer.join(60)
-    unsent = len(context.state(run_id).unsent())
+    state = context.state(run_id)
+    # Blocks are recorded and published a slice at a time: what was recorded and never
+    # sent waits in the outbox, what was never reached was not even recorded.
+    published = context.redis.hlen(state.nodes) - len(state.unsent())
     print(
-        f"\n{BRANCHES} branches: submit_plan {took[0]:.2f} s, {unsent} blocks never "
+        f"\n{BRANCHES} branches: submit_plan {took[0]:.2f} s, {published} blocks "
         f"published, load {os.getloadavg()[0]:.2f}"
     )
     assert took and took[0] < 60
-    assert unsent > BRANCHES // 2  # at most a few batches went out after the cancel
+    assert published < BRANCHES // 2  # at most a few batches went out after the cancel
