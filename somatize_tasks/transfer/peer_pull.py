@@ -18,6 +18,7 @@ import socket
 import threading
 from typing import IO
 
+from somatize_tasks.config.clock import settings_now
 from somatize_tasks.config.settings import Settings
 from somatize_tasks.errors import GrantRefusedError, PeerTransferError
 from somatize_tasks.messaging.signing import signing_key, verification_keys
@@ -43,7 +44,7 @@ def pull_value(store: ArtifactStore, ref: ArtifactRef, address: str, settings: S
     key = signing_key(settings)
     if key is None:
         raise PeerTransferError("no SOMATIZE_MESSAGE_KEY here: cannot mint a grant")
-    grant = mint(key, ref, settings.grant_ttl_s)
+    grant = mint(key, ref, settings.grant_ttl_s, settings_now(settings))  # Redis' clock
     holder = f"worker '{ref.worker_id}' at {address}"
     try:
         with socket.create_connection(

@@ -27,6 +27,7 @@ import os
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -110,9 +111,12 @@ class ValueServer(socketserver.ThreadingTCPServer):
         bind: tuple[str, int],
         timeout_s: float,
         sign_key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.keys = keys
+        #: A grant's expiry is judged on the clock readers mint it with (Redis').
+        self.clock = clock
         self.sign_key = sign_key or (keys[0] if keys else b"")
         self.timeout_s = timeout_s
         self.served = 0
@@ -164,7 +168,7 @@ class ValueServer(socketserver.ThreadingTCPServer):
             run_id, node_id, iteration, attempt, size, token = requested(
                 read_line(rfile, "request")
             )
-            grant = verify(self.keys, token)
+            grant = verify(self.keys, token, self.clock())
             if not grant.names(run_id, node_id, iteration, attempt, size):
                 raise GrantRefusedError("the grant is for another value")
             key = artifact_key(run_id, node_id, iteration, attempt)
@@ -199,11 +203,13 @@ def start_server(
     port: int,
     timeout_s: float,
     on_error: Callable[[OSError], None] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> ValueServer | None:
     """A started :class:`ValueServer`, or None (``on_error`` told) when the port
-    cannot be bound: the worker then runs without serving, its values go by S3."""
+    cannot be bound: the worker then runs without serving, its values go by S3.
+    ``clock`` judges grants' expiry: Redis', as readers mint them (config.clock)."""
     try:
-        server = ValueServer(store, keys, (bind, port), timeout_s)
+        server = ValueServer(store, keys, (bind, port), timeout_s, clock=clock)
     except OSError as exc:
         if on_error is not None:
             on_error(exc)

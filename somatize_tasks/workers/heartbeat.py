@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from celery import bootsteps
@@ -31,6 +32,7 @@ from celery.worker import state as worker_state
 from redis.exceptions import RedisError
 
 from scheduler import WorkerInfo
+from somatize_tasks.config.clock import settings_now
 from somatize_tasks.config.keys import (
     INPUT_READY_TASK,
     NODE_TASK_PREFIX,
@@ -263,6 +265,7 @@ def serve(settings: Settings) -> ValueServer | None:
             on_error=lambda exc: log.warning(
                 "cannot serve values on %s:%d (%s)", settings.serve_bind, settings.serve_port, exc
             ),
+            clock=partial(settings_now, settings),  # grants expire on Redis' clock
         )
         if server is not None:
             return server
