@@ -1,9 +1,8 @@
 -- A worker's heartbeat, stamped with Redis' clock; prunes entries past retention.
 -- KEYS: seen, info, tags set, tasks, keys, instances, clashes, peers. ARGV: worker id,
--- compact
--- WorkerInfo, retention ms, tag hash prefix, held task ids (JSON list, '' for no
--- report), the writing process's instance id ('' for none), heartbeat ttl ms, then the
--- worker's tags. Returns {Redis time in ms, the instance this beat clashed with or ''}.
+-- compact WorkerInfo, retention ms, tag hash prefix, held task ids (JSON list, '' for
+-- no report), the writing process's instance id ('' for none), heartbeat ttl ms, then
+-- the worker's tags. Returns {Redis time in ms, the instance this beat clashed with or ''}.
 -- A clash: the id's last beat, still fresh, came from another process (two live
 -- processes under one worker id; workers/identity.py). It is kept in the clashes hash,
 -- and beats report no held tasks while a clash is recent (two TTLs): each twin's
